@@ -1,0 +1,135 @@
+"""Linear operators on Spark: a fused chain of join_function stages compiled to Spark SQL.
+
+Expression stages become projections, filters and one `inline` generator each, so Catalyst
+collapses the chain into a single whole-stage-codegen pipeline (no Python UDF) and the RAPIDS
+plugin can run it; a run of adjacent kernel stages becomes one `mapInArrow` call per
+partition (see executor/kernels.py). Time join is `greatest` on the epoch coordinate (a null
+element time leaves it unchanged); diff product is `*`, which ANSI mode checks for overflow.
+"""
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType
+
+from plans import ir
+from plans.ir import PlanError
+
+from . import kernels
+from .time import DIFF, TIME, element_time_exprs
+
+INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
+
+
+def q(name: str) -> str:
+    return f"`{name}`"
+
+
+def record_columns(df: DataFrame, time_cols: list[str]) -> list[str]:
+    return [c for c in df.columns if c not in time_cols and c != DIFF]
+
+
+def apply(df: DataFrame, stages: tuple[ir.Stage, ...], time_cols: list[str],
+          backend: str) -> DataFrame:
+    """The update stream `df` (records, time columns, diff) through a chain of stages."""
+    i = 0
+    while i < len(stages):
+        if isinstance(stages[i], ir.Kernel):
+            j = i
+            while j < len(stages) and isinstance(stages[j], ir.Kernel):
+                j += 1
+            df = kernels.apply(df, stages[i:j], time_cols, backend)
+        else:
+            j = i + 1
+            df = _EXPRESSION[type(stages[i])](df, stages[i], time_cols)
+        _check_columns(df, time_cols, stages[j - 1])
+        i = j
+    return df
+
+
+def _map(df, s: ir.Map, time_cols):
+    return df.selectExpr(*s.exprs, *map(q, time_cols), DIFF)
+
+
+def _filter(df, s: ir.Filter, time_cols):
+    return df.where(s.expr)
+
+
+def _negate(df, s: ir.Negate, time_cols):
+    recs = record_columns(df, time_cols)
+    return df.selectExpr(*map(q, recs), *map(q, time_cols), f"-{DIFF} AS {DIFF}")
+
+
+def _generate(df, generator: str, time_cols, keep_records: bool, stage: ir.Stage,
+              allowed: set[str], required: set[str] = frozenset()):
+    """One generator over each update; element fields `time` and `diff` (when present and
+    allowed) join the time and multiply the diff."""
+    saved = [f"__t{i}" for i in range(len(time_cols))]
+    recs = record_columns(df, time_cols) if keep_records else []
+    g = df.selectExpr(*map(q, recs), generator,
+                      *[f"{q(t)} AS {s}" for t, s in zip(time_cols, saved)], f"{DIFF} AS __d")
+    fields = [c for c in g.columns[len(recs):] if c not in saved and c != "__d"]
+    special = {f.lower() for f in fields} & {TIME, DIFF}
+    if special - allowed or required - special:
+        raise PlanError(f"{stage.label()}: element fields {sorted(special)}; rule: "
+                        f"allowed {sorted(allowed) or 'none'}, required {sorted(required) or 'none'}")
+    out_recs = recs + [f for f in fields if f.lower() not in (TIME, DIFF)]
+    times = (element_time_exprs(time_cols, TIME, saved) if TIME in special
+             else [f"{s} AS {q(t)}" for s, t in zip(saved, time_cols)])
+    out = g.selectExpr(*map(q, out_recs), *times,
+                       f"__d * {DIFF} AS {DIFF}" if DIFF in special else f"__d AS {DIFF}")
+    return out.where(f"{DIFF} IS NOT NULL") if DIFF in special else out
+
+
+def _flat_map(df, s: ir.FlatMap, time_cols):
+    return _generate(df, f"inline({s.expr})", time_cols, False, s, set())
+
+
+def _explode(df, s: ir.Explode, time_cols):
+    return _generate(df, f"inline({s.expr})", time_cols, False, s, {DIFF}, {DIFF})
+
+
+def _join_function(df, s: ir.JoinFunction, time_cols):
+    return _generate(df, f"inline({s.expr})", time_cols, False, s, {TIME, DIFF})
+
+
+def _temporal_filter(df, s: ir.TemporalFilter, time_cols):
+    """join_function with elements (lower, +1) and (upper, -1); a record whose upper <= lower
+    is never present, and a null upper never retracts."""
+    lo, hi = (_bound(df, e, s) for e in (s.lower, s.upper))
+    elements = (f"filter(array(named_struct('time', {lo}, 'diff', 1L), "
+                f"named_struct('time', {hi}, 'diff', -1L)), e -> e.diff = 1 OR e.time IS NOT NULL)")
+    live = df.where(f"NOT coalesce({hi} <= {lo}, false)")
+    return _generate(live, f"inline({elements})", time_cols, True, s, {TIME, DIFF})
+
+
+def _bound(df, expr, s) -> str:
+    if expr is None:
+        return "CAST(NULL AS BIGINT)"
+    kind = df.selectExpr(expr).schema[0].dataType
+    if not isinstance(kind, INTEGRAL):
+        raise PlanError(f"{s.label()}: bound '{expr}' has type {kind.simpleString()}; "
+                        f"rule: temporal bounds are integer times")
+    return f"CAST(({expr}) AS BIGINT)"
+
+
+def _check_columns(df, time_cols, stage):
+    names = [c.lower() for c in df.columns]
+    for reserved in (*time_cols, DIFF):
+        if names.count(reserved) != 1:
+            raise PlanError(f"{stage.label()}: output uses reserved column name '{reserved}'")
+    recs = record_columns(df, time_cols)
+    if not recs:
+        raise PlanError(f"{stage.label()}: produces no record columns")
+    if len({c.lower() for c in recs}) != len(recs):
+        raise PlanError(f"{stage.label()}: duplicate output column names {recs}")
+
+
+_EXPRESSION = {
+    ir.Map: _map,
+    ir.Filter: _filter,
+    ir.Negate: _negate,
+    ir.FlatMap: _flat_map,
+    ir.Explode: _explode,
+    ir.JoinFunction: _join_function,
+    ir.TemporalFilter: _temporal_filter,
+}

@@ -1,0 +1,20 @@
+"""diffspark's per-partition array kernels, written once against the array API namespace `xp`.
+
+numpy runs them on the CPU, cupy on the GPU, array_api_strict in tests; this package imports
+no Spark (DESIGN §3, §7). Pick `xp` with `namespace(name)`.
+"""
+from .arrow import arrays_to_batch, batch_to_arrays
+from .backend import BACKENDS, namespace, to_numpy
+from .consolidate import consolidate, group_starts, sort_by
+from .csr import CSR, build_csr, neighbours, row_ranges
+from .diffs import DiffOverflow, add_diffs, multiply_diffs, sum_segments
+from .expand import compose, expand, gather, parents
+from .intersect import contains
+from .times import advance_by, join_times, less_equal, meet_times
+
+__all__ = [
+    "BACKENDS", "CSR", "DiffOverflow", "add_diffs", "advance_by", "arrays_to_batch",
+    "batch_to_arrays", "build_csr", "compose", "consolidate", "contains", "expand", "gather",
+    "group_starts", "join_times", "less_equal", "meet_times", "multiply_diffs", "namespace",
+    "neighbours", "parents", "row_ranges", "sort_by", "sum_segments", "to_numpy",
+]

@@ -1,0 +1,53 @@
+"""Pick the array namespace `xp` the kernels run on, and move arrays back to the host.
+
+Kernels take `xp` as their first argument so one source runs on numpy (CPU), cupy (GPU) and
+array_api_strict (tests: it refuses anything outside the standard that cupy may lack).
+"""
+import array_api_compat
+import numpy as np
+
+BACKENDS = ("numpy", "cupy", "auto")
+
+
+def _cupy():
+    try:
+        import array_api_compat.cupy as xp
+    except ImportError as e:
+        raise ImportError(
+            "backend 'cupy' needs the cupy package (e.g. pip install cupy-cuda12x) and a "
+            "CUDA GPU; use backend 'numpy' or 'auto' on machines without one"
+        ) from e
+    return xp
+
+
+def _gpu_visible():
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # not installed, no driver, no device: all mean "no GPU here"
+        return False
+
+
+def namespace(name):
+    """The array namespace for "numpy", "cupy", "strict" or "auto" (cupy if a GPU is visible)."""
+    if name == "numpy":
+        import array_api_compat.numpy as xp
+
+        return xp
+    if name == "cupy":
+        return _cupy()
+    if name == "strict":
+        import array_api_strict as xp
+
+        return xp
+    if name == "auto":
+        return _cupy() if _gpu_visible() else namespace("numpy")
+    raise ValueError(f"unknown array backend {name!r}: expected one of {BACKENDS + ('strict',)}")
+
+
+def to_numpy(xp, arr):
+    """Host numpy copy (or view) of `arr`: for the Arrow boundary only, never inside kernels."""
+    if array_api_compat.is_cupy_namespace(xp):
+        return arr.get()
+    return np.asarray(arr)

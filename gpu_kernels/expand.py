@@ -1,0 +1,37 @@
+"""Batched join_function expansion: every input update (d, t, r) becomes one output per
+(d2, t2, r2) in logic(d), with time join(t, t2) and diff r * r2 (DESIGN §6, linear operators).
+
+A stage is (parent, time, diff): for each output row, the index of the input row it came from,
+its time t2 and its diff r2 (None for "unchanged"). Stages compose, so adjacent linear
+operators fuse into one kernel call per partition.
+"""
+from .diffs import multiply_diffs
+from .times import join_times
+
+
+def parents(xp, counts):
+    """int64 parent index of each output row when input row i produces counts[i] outputs."""
+    return xp.repeat(xp.arange(counts.shape[0], dtype=xp.int64), counts)
+
+
+def gather(xp, x, parent):
+    """Rows `parent` of an array, of each array of a time batch (tuple), or None for None."""
+    if x is None:
+        return None
+    if isinstance(x, tuple):
+        return tuple(xp.take(c, parent, axis=0) for c in x)
+    return xp.take(x, parent, axis=0)
+
+
+def expand(xp, time, diff, stage):
+    """(time, diff) of the outputs of `stage` applied to input updates with `time` and `diff`."""
+    parent, time2, diff2 = stage
+    return (
+        join_times(xp, gather(xp, time, parent), time2),
+        multiply_diffs(xp, gather(xp, diff, parent), diff2),
+    )
+
+
+def compose(xp, first, second):
+    """The single stage equal to `first` followed by `second` (whose parents index first's rows)."""
+    return (gather(xp, first[0], second[0]), *expand(xp, first[1], first[2], second))

@@ -1,0 +1,221 @@
+"""The plan IR: immutable nodes that a Dataflow builds and every later layer reads.
+
+Nodes are frozen dataclasses, so equal sub-plans compare (and hash) equal: the executor
+memoises by node, and the optimizer can encode nodes as e-graph terms one to one.
+Linear operators are all one node kind, `Linear`, holding a chain of stages: each stage is an
+instance of `join_function`, and a chain of stages is their composition (`followed_by`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Optional
+
+RESERVED = ("time", "diff")
+
+
+class PlanError(ValueError):
+    """A plan that cannot be built or run: names the operator and the rule it breaks."""
+
+
+# --------------------------------------------------------------------------- linear stages
+@dataclass(frozen=True)
+class Stage:
+    """One join_function instance; `label` is what explain prints."""
+
+    def label(self) -> str:  # pragma: no cover - every stage overrides it
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Map(Stage):
+    exprs: tuple[str, ...]
+
+    def label(self):
+        return f"map({', '.join(self.exprs)})"
+
+
+@dataclass(frozen=True)
+class Filter(Stage):
+    expr: str
+
+    def label(self):
+        return f"filter({self.expr})"
+
+
+@dataclass(frozen=True)
+class FlatMap(Stage):
+    """`expr` yields array<struct<...>>: one output record per element."""
+
+    expr: str
+
+    def label(self):
+        return f"flat_map({self.expr})"
+
+
+@dataclass(frozen=True)
+class Explode(Stage):
+    """`expr` yields array<struct<..., diff BIGINT>>: output diff = input diff x element diff."""
+
+    expr: str
+
+    def label(self):
+        return f"explode({self.expr})"
+
+
+@dataclass(frozen=True)
+class JoinFunction(Stage):
+    """`expr` yields array<struct<..., time BIGINT, diff BIGINT>>; time and diff are optional
+    fields (absent or null time: unchanged; absent diff: 1)."""
+
+    expr: str
+
+    def label(self):
+        return f"join_function({self.expr})"
+
+
+@dataclass(frozen=True)
+class TemporalFilter(Stage):
+    """Present at times t with lower <= t < upper; a None expression or null value is unbounded."""
+
+    lower: Optional[str]
+    upper: Optional[str]
+
+    def label(self):
+        return f"temporal_filter(lower={self.lower}, upper={self.upper})"
+
+
+@dataclass(frozen=True)
+class Negate(Stage):
+    def label(self):
+        return "negate()"
+
+
+@dataclass(frozen=True)
+class Kernel(Stage):
+    """A vectorised array kernel `fn(xp, cols) -> dict` (see README, "Kernels") with output
+    schema `schema` (Spark DDL). Compared by identity of `fn`."""
+
+    fn: Callable
+    schema: str
+
+    def label(self):
+        return f"kernel({getattr(self.fn, '__name__', 'fn')} -> {self.schema})"
+
+
+# --------------------------------------------------------------------------- nodes
+@dataclass(frozen=True)
+class Node:
+    def children(self) -> tuple["Node", ...]:
+        return ()
+
+    def with_children(self, kids: tuple["Node", ...]) -> "Node":
+        """The same operator over new inputs (rewrites rebuild plans with this)."""
+        return self
+
+    def label(self) -> str:  # pragma: no cover - every node overrides it
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Input(Node):
+    name: str
+    schema: str
+
+    def label(self):
+        return f"Input {self.name} ({self.schema})"
+
+
+@dataclass(frozen=True)
+class Linear(Node):
+    """A fused chain of join_function stages over one input."""
+
+    input: Node
+    stages: tuple[Stage, ...]
+
+    def children(self):
+        return (self.input,)
+
+    def with_children(self, kids):
+        return replace(self, input=kids[0])
+
+    def label(self):
+        return "Linear[" + " -> ".join(s.label() for s in self.stages) + "]"
+
+    def followed_by(self, stages: tuple[Stage, ...]) -> "Linear":
+        return Linear(self.input, self.stages + tuple(stages))
+
+
+@dataclass(frozen=True)
+class Concat(Node):
+    inputs: tuple[Node, ...]
+
+    def children(self):
+        return self.inputs
+
+    def with_children(self, kids):
+        return replace(self, inputs=tuple(kids))
+
+    def label(self):
+        return "Concat"
+
+
+@dataclass(frozen=True)
+class Consolidate(Node):
+    """Semantically the identity; physically sums diffs per (record, time) and drops zeros."""
+
+    input: Node
+
+    def children(self):
+        return (self.input,)
+
+    def with_children(self, kids):
+        return replace(self, input=kids[0])
+
+    def label(self):
+        return "Consolidate"
+
+
+# --------------------------------------------------------------------------- traversal
+def topological(roots) -> list[Node]:
+    """Every node reachable from `roots`, children before parents, each once."""
+    seen: dict[Node, None] = {}
+
+    def visit(n: Node):
+        if n in seen:
+            return
+        for c in n.children():
+            visit(c)
+        seen[n] = None
+
+    for r in roots:
+        visit(r)
+    return list(seen)
+
+
+def consumers(roots) -> dict[Node, int]:
+    """How many distinct parents (plus outputs) use each node: fusion may only swallow a
+    node that nobody else reads."""
+    counts: dict[Node, int] = {n: 0 for n in topological(roots)}
+    for n in counts:
+        for c in set(n.children()):
+            counts[c] += 1
+    for r in roots:
+        counts[r] += 1
+    return counts
+
+
+def explain(outputs: dict[str, Node]) -> str:
+    """The plan as an indented tree, one block per output; shared nodes are marked."""
+    shared = {n for n, k in consumers(list(outputs.values())).items() if k > 1}
+    lines = []
+
+    def visit(n: Node, depth: int):
+        mark = "  [shared]" if n in shared else ""
+        lines.append("  " * depth + n.label() + mark)
+        for c in n.children():
+            visit(c, depth + 1)
+
+    for name, node in outputs.items():
+        lines.append(f"output {name}")
+        visit(node, 1)
+    return "\n".join(lines)

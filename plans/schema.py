@@ -1,0 +1,50 @@
+"""Column names of a Spark DDL schema string, without Spark: enough for the builder to
+refuse reserved or duplicate names at plan time. Types are resolved later by the executor."""
+from __future__ import annotations
+
+from .ir import RESERVED, PlanError
+
+
+def split_top_level(text: str, sep: str = ",") -> list[str]:
+    """Split on `sep` outside <...>, (...) and backticks."""
+    parts, depth, quoted, cur = [], 0, False, []
+    for ch in text:
+        if ch == "`":
+            quoted = not quoted
+        elif not quoted and ch in "<(":
+            depth += 1
+        elif not quoted and ch in ">)":
+            depth -= 1
+        if ch == sep and depth == 0 and not quoted:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def column_names(ddl: str, where: str) -> list[str]:
+    """Names declared by `ddl`; `where` names the input or operator for error messages."""
+    names = []
+    for col in split_top_level(ddl):
+        if col.startswith("`"):
+            name = col[1:col.index("`", 1)]
+        else:
+            name = col.split()[0].rstrip(":")
+        names.append(name)
+    check_names(names, where)
+    return names
+
+
+def check_names(names, where: str) -> None:
+    if not names:
+        raise PlanError(f"{where}: schema declares no columns (rule: at least one record column)")
+    seen = set()
+    for n in names:
+        if n.lower() in RESERVED:
+            raise PlanError(f"{where}: column '{n}' uses a reserved name "
+                            f"(rule: 'time' and 'diff' are reserved for update triples)")
+        if n.lower() in seen:
+            raise PlanError(f"{where}: column '{n}' is declared twice (rule: unique column names)")
+        seen.add(n.lower())

@@ -1,0 +1,324 @@
+"""gpu_kernels against plain-Python oracles, on numpy and on array_api_strict (pinned to the
+2023.12 standard, so a kernel that passes uses nothing cupy may lack). Set
+DIFFSPARK_KERNEL_BACKENDS=cupy (comma-separated list) to re-run the suite on a GPU.
+"""
+import math
+import os
+from collections import defaultdict
+
+import array_api_strict
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gpu_kernels as gk
+
+BACKENDS = os.environ.get("DIFFSPARK_KERNEL_BACKENDS", "numpy,strict").split(",")
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+EDGE = [INT64_MIN, INT64_MIN + 1, -(2**32), -3037000500, -3037000499, -2, -1, 0, 1, 2,
+        3037000499, 3037000500, 2**31, 2**32, 2**62, INT64_MAX - 1, INT64_MAX]
+int64s = st.one_of(st.sampled_from(EDGE), st.integers(INT64_MIN, INT64_MAX))
+
+settings.register_profile("kernels", max_examples=60, deadline=None)
+settings.load_profile("kernels")
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def xp(request):
+    if request.param == "strict":
+        with array_api_strict.ArrayAPIStrictFlags(api_version="2023.12"):
+            yield gk.namespace("strict")
+    else:
+        yield gk.namespace(request.param)
+
+
+def i64(xp, values):
+    return xp.asarray(values, dtype=xp.int64)
+
+
+def host(xp, arr):
+    return gk.to_numpy(xp, arr).tolist()
+
+
+def stage(xp, counts, times, diffs):
+    """A stage whose input row i yields counts[i] outputs with the given times and diffs."""
+    parent = gk.parents(xp, i64(xp, counts))
+    time = None if times is None else tuple(i64(xp, c) for c in times)
+    return parent, time, None if diffs is None else i64(xp, diffs)
+
+
+@st.composite
+def stages(draw, n_in, k=2, absent=True):
+    """(counts, times, diffs) for a stage over n_in input rows; times/diffs may be None."""
+    counts = draw(st.lists(st.integers(0, 3), min_size=n_in, max_size=n_in))
+    n = sum(counts)
+    small = st.lists(st.integers(0, 5), min_size=n, max_size=n)
+    times = None if absent and draw(st.booleans()) else [draw(small) for _ in range(k)]
+    diff = st.lists(st.integers(-3, 3), min_size=n, max_size=n)
+    diffs = None if absent and draw(st.booleans()) else draw(diff)
+    return counts, times, diffs
+
+
+def sequential(updates, spec):
+    """Oracle: apply a stage spec to [(time tuple, diff)] row by row in Python."""
+    counts, times, diffs = spec
+    out, j = [], 0
+    for (t, d), c in zip(updates, counts):
+        for _ in range(c):
+            t2 = t if times is None else tuple(max(a, col[j]) for a, col in zip(t, times))
+            out.append((t2, d * (1 if diffs is None else diffs[j])))
+            j += 1
+    return out
+
+
+# backend -------------------------------------------------------------------------------------
+
+def test_namespace_names():
+    assert gk.namespace("numpy").__name__ == "array_api_compat.numpy"
+    assert gk.namespace("strict") is array_api_strict
+    assert set(gk.BACKENDS) == {"numpy", "cupy", "auto"}
+    with pytest.raises(ValueError, match="unknown array backend 'torch'"):
+        gk.namespace("torch")
+
+
+def test_cupy_missing_is_a_clear_import_error():
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="needs the cupy package"):
+            gk.namespace("cupy")
+        assert gk.namespace("auto") is gk.namespace("numpy")
+    else:
+        pytest.skip("cupy is installed")
+
+
+def test_to_numpy(xp):
+    out = gk.to_numpy(xp, xp.asarray([True, False]))
+    assert type(out) is np.ndarray and out.dtype == np.bool_ and out.tolist() == [True, False]
+
+
+# expand --------------------------------------------------------------------------------------
+
+@given(st.lists(st.integers(0, 4), max_size=8))
+def test_parents(xp, counts):
+    expected = [i for i, c in enumerate(counts) for _ in range(c)]
+    parent = gk.parents(xp, i64(xp, counts))
+    assert parent.dtype == xp.int64 and host(xp, parent) == expected
+
+
+@given(st.data())
+def test_expand_matches_row_by_row(xp, data):
+    n = data.draw(st.integers(0, 6))
+    updates = [((data.draw(st.integers(0, 5)), data.draw(st.integers(0, 5))),
+                data.draw(st.integers(-3, 3))) for _ in range(n)]
+    spec = data.draw(stages(n))
+    time = tuple(i64(xp, [t[c] for t, _ in updates]) for c in range(2))
+    time2, diff2 = gk.expand(xp, time, i64(xp, [d for _, d in updates]), stage(xp, *spec))
+    got = list(zip(zip(*(host(xp, c) for c in time2)), host(xp, diff2)))
+    assert got == sequential(updates, spec)
+
+
+@given(st.data())
+def test_compose_is_sequential_and_associative(xp, data):
+    n = data.draw(st.integers(0, 4))
+    s1 = data.draw(stages(n))
+    s2 = data.draw(stages(sum(s1[0])))
+    s3 = data.draw(stages(sum(s2[0])))
+    a, b, c = (stage(xp, *s) for s in (s1, s2, s3))
+
+    def rows(st_):
+        parent, time, diff = st_
+        return (host(xp, parent), None if time is None else [host(xp, t) for t in time],
+                None if diff is None else host(xp, diff))
+
+    left = gk.compose(xp, gk.compose(xp, a, b), c)
+    right = gk.compose(xp, a, gk.compose(xp, b, c))
+    assert rows(left) == rows(right)
+    # Sequential: feed unit updates at time (0, 0) through the three stages one at a time.
+    updates = [((0, 0), 1)] * n
+    expected = sequential(sequential(sequential(updates, s1), s2), s3)
+    parent, time, diff = left
+    m = parent.shape[0]
+    got_t = [(0, 0)] * m if time is None else list(zip(*(host(xp, t) for t in time)))
+    got_d = [1] * m if diff is None else host(xp, diff)
+    assert list(zip(got_t, got_d)) == expected
+
+
+# times ---------------------------------------------------------------------------------------
+
+coords = st.lists(st.integers(-5, 5), min_size=4, max_size=4)
+
+
+@given(st.lists(coords, min_size=1, max_size=3), st.lists(coords, min_size=1, max_size=3))
+def test_time_lattice(xp, a, b):
+    k = min(len(a), len(b))
+    a, b = a[:k], b[:k]
+    ta, tb = tuple(i64(xp, c) for c in a), tuple(i64(xp, c) for c in b)
+    cols = lambda batch: [host(xp, c) for c in batch]  # noqa: E731
+    assert cols(gk.join_times(xp, ta, tb)) == [list(map(max, x, y)) for x, y in zip(a, b)]
+    assert cols(gk.meet_times(xp, ta, tb)) == [list(map(min, x, y)) for x, y in zip(a, b)]
+    assert gk.join_times(xp, ta, None) is ta and gk.join_times(xp, None, tb) is tb
+    since = tuple(c[0] for c in b)
+    assert cols(gk.advance_by(xp, ta, since)) == [[max(v, s) for v in c] for c, s in zip(a, since)]
+    expected = [all(x[i] <= y[i] for x, y in zip(a, b)) for i in range(4)]
+    assert host(xp, gk.less_equal(xp, ta, tb)) == expected
+
+
+def test_time_coordinate_mismatch(xp):
+    with pytest.raises(ValueError, match="1 and 2 coordinates"):
+        gk.join_times(xp, (i64(xp, [1]),), (i64(xp, [1]), i64(xp, [2])))
+
+
+# diffs ---------------------------------------------------------------------------------------
+
+pairs = st.lists(st.tuples(int64s, int64s), min_size=1, max_size=5)
+
+
+def check_elementwise(xp, fn, op, pairs_):
+    a, b = i64(xp, [p[0] for p in pairs_]), i64(xp, [p[1] for p in pairs_])
+    exact = [op(x, y) for x, y in pairs_]
+    if all(INT64_MIN <= v <= INT64_MAX for v in exact):
+        assert host(xp, fn(xp, a, b)) == exact
+    else:
+        with pytest.raises(gk.DiffOverflow, match="overflows int64"):
+            fn(xp, a, b)
+
+
+@given(pairs)
+def test_multiply_diffs_exact_overflow(xp, pairs_):
+    check_elementwise(xp, gk.multiply_diffs, lambda x, y: x * y, pairs_)
+
+
+@pytest.mark.parametrize("a", EDGE)
+def test_multiply_diffs_edges(xp, a):
+    for b in EDGE:
+        check_elementwise(xp, gk.multiply_diffs, lambda x, y: x * y, [(a, b)])
+
+
+def test_multiply_diffs_message_and_types(xp):
+    with pytest.raises(gk.DiffOverflow, match=r"diff product overflows int64 \(row 1: -1 \*"):
+        gk.multiply_diffs(xp, i64(xp, [2, -1]), i64(xp, [3, INT64_MIN]))
+    assert issubclass(gk.DiffOverflow, ArithmeticError)
+    with pytest.raises(TypeError, match="int64"):
+        gk.multiply_diffs(xp, xp.asarray([1], dtype=xp.int32), xp.asarray([1], dtype=xp.int32))
+    d = i64(xp, [4])
+    assert gk.multiply_diffs(xp, d, None) is d and gk.multiply_diffs(xp, None, d) is d
+
+
+@given(pairs)
+def test_add_diffs_exact_overflow(xp, pairs_):
+    check_elementwise(xp, gk.add_diffs, lambda x, y: x + y, pairs_)
+
+
+@given(st.lists(st.lists(int64s, min_size=1, max_size=4), max_size=4))
+def test_sum_segments(xp, segments):
+    starts = list(np.cumsum([0] + [len(s) for s in segments[:-1]]).tolist()) if segments else []
+    diff, starts_ = i64(xp, [v for s in segments for v in s]), i64(xp, starts)
+    exact = [sum(s) for s in segments]
+    if all(INT64_MIN <= v <= INT64_MAX for v in exact):
+        assert host(xp, gk.sum_segments(xp, diff, starts_)) == exact
+    else:
+        with pytest.raises(gk.DiffOverflow, match="diff sum overflows int64"):
+            gk.sum_segments(xp, diff, starts_)
+
+
+# consolidate ---------------------------------------------------------------------------------
+
+def nan_key(v):
+    """Sort/group key matching the kernels: NaN is one value, sorted after every number."""
+    return (1, 0.0) if isinstance(v, float) and math.isnan(v) else (0, v)
+
+
+row = st.tuples(st.integers(-2, 2), st.sampled_from([0.5, -0.0, 0.0, -1.5, math.nan]),
+                st.booleans(), st.integers(0, 2), st.integers(-2, 2))
+
+
+@given(st.lists(row, max_size=40))
+def test_consolidate_matches_dict_oracle(xp, rows):
+    totals = defaultdict(int)
+    for *rec, d in rows:
+        totals[tuple(nan_key(v) for v in rec)] += d
+    expected = sorted((k, d) for k, d in totals.items() if d)
+    dtypes = [xp.int64, xp.float64, xp.bool, xp.int32]
+    keys = [xp.asarray([r[c] for r in rows], dtype=dt) for c, dt in enumerate(dtypes)]
+    keys_out, diff_out = gk.consolidate(xp, keys, i64(xp, [r[-1] for r in rows]))
+    got_keys = [tuple(nan_key(v) for v in r) for r in zip(*(host(xp, k) for k in keys_out))]
+    assert list(zip(got_keys, host(xp, diff_out))) == expected
+    assert [k.dtype for k in keys_out] == dtypes and diff_out.dtype == xp.int64
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), max_size=20))
+def test_sort_by_is_stable_lexicographic(xp, rows):
+    keys = [i64(xp, [r[0] for r in rows]), i64(xp, [r[1] for r in rows])]
+    assert host(xp, gk.sort_by(xp, keys)) == sorted(range(len(rows)), key=lambda i: rows[i])
+
+
+def test_consolidate_refuses_overflowing_sum(xp):
+    keys = [i64(xp, [7, 7, 8])]
+    with pytest.raises(gk.DiffOverflow, match=r"diff sum overflows int64 \(segment 0"):
+        gk.consolidate(xp, keys, i64(xp, [INT64_MAX, 1, 5]))
+    # Partial sums may leave int64 when the total fits: that is not an overflow.
+    keys_out, diff_out = gk.consolidate(xp, [i64(xp, [1, 1, 1])], i64(xp, [INT64_MAX, 5, -6]))
+    assert host(xp, keys_out[0]) == [1] and host(xp, diff_out) == [INT64_MAX - 1]
+
+
+def test_consolidate_empty(xp):
+    keys_out, diff_out = gk.consolidate(xp, [i64(xp, []), xp.asarray([], dtype=xp.float64)],
+                                        i64(xp, []))
+    assert [k.shape[0] for k in keys_out] == [0, 0] and diff_out.shape[0] == 0
+
+
+# csr and intersect ---------------------------------------------------------------------------
+
+edges = st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), max_size=25, unique=True)
+
+
+@given(edges, st.lists(st.tuples(st.integers(-1, 7), st.integers(-1, 7)), max_size=12))
+def test_csr_ranges_neighbours_contains(xp, edge_list, queries):
+    edge_list = sorted(edge_list)
+    adj = defaultdict(list)
+    for s, d in edge_list:
+        adj[s].append(d)
+    csr = gk.build_csr(xp, i64(xp, [e[0] for e in edge_list]), i64(xp, [e[1] for e in edge_list]))
+    assert host(xp, csr.keys) == sorted(adj)
+    q, cand = i64(xp, [p[0] for p in queries]), i64(xp, [p[1] for p in queries])
+    lo, hi = gk.row_ranges(xp, csr, q)
+    assert host(xp, hi - lo) == [len(adj.get(s, [])) for s, _ in queries]
+    parent, found = gk.neighbours(xp, csr.targets, lo, hi)
+    expected = [(j, d) for j, (s, _) in enumerate(queries) for d in adj.get(s, [])]
+    assert list(zip(host(xp, parent), host(xp, found))) == expected
+    mask = gk.contains(xp, csr.targets, lo, hi, cand)
+    assert host(xp, mask) == [c in adj.get(s, []) for s, c in queries]
+
+
+# arrow ---------------------------------------------------------------------------------------
+
+def test_arrow_round_trip(xp):
+    batch = pa.RecordBatch.from_pydict({
+        "a": pa.array([1, -2, 3], pa.int8()), "b": pa.array([10, 20, 30], pa.uint16()),
+        "c": pa.array([1, 2, INT64_MIN], pa.int64()), "d": pa.array([0.5, -1.0, 2.0], pa.float32()),
+        "e": pa.array([math.nan, 1.5, -0.0], pa.float64()), "f": pa.array([True, False, True]),
+    })
+    cols = gk.batch_to_arrays(batch, xp)
+    assert list(cols) == list("abcdef") and cols["c"].dtype == xp.int64
+    back = gk.arrays_to_batch(cols, batch.schema, xp)
+    assert back.schema == batch.schema
+    for got, want in zip(back.columns, batch.columns):  # NaN-aware: Arrow's equals is not
+        np.testing.assert_array_equal(got.to_numpy(False), want.to_numpy(False), strict=True)
+    wide = pa.schema([("b", pa.float64()), ("a", pa.int64())])  # cast to the schema's types
+    out = gk.arrays_to_batch({"a": cols["a"] * 2, "b": cols["b"]}, wide, xp)
+    assert out.schema == wide and out.to_pydict() == {"a": [2, -4, 6], "b": [10.0, 20.0, 30.0]}
+
+
+def test_arrow_refusals(xp):
+    with pytest.raises(TypeError, match="column 'name' has type string"):
+        gk.batch_to_arrays(pa.RecordBatch.from_pydict({"name": ["x"]}), xp)
+    with pytest.raises(TypeError, match="column 'k' has 1 nulls"):
+        gk.batch_to_arrays(pa.RecordBatch.from_pydict({"k": pa.array([1, None], pa.int64())}), xp)
+    schema = pa.schema([("k", pa.int64())])
+    with pytest.raises(ValueError, match=r"missing \['k'\], unexpected \['j'\]"):
+        gk.arrays_to_batch({"j": i64(xp, [1])}, schema, xp)
+    with pytest.raises(pa.ArrowInvalid):
+        gk.arrays_to_batch({"k": i64(xp, [300])}, pa.schema([("k", pa.int8())]), xp)

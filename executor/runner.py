@@ -28,7 +28,7 @@ from .config import kernel_backend, load_conf
 from .consolidate import consolidate
 from .errors import InputError, StepError
 from .session import spark_session
-from .spine import Spine, materialise
+from .spine import Spine, materialise_all
 from .time import DIFF, INFINITY, TIME
 from .updates import normalise, read_source
 
@@ -141,11 +141,15 @@ class Runner:
         return StepResult(self.steps, lower, self.frontier, clock.perf_counter() - started, changes)
 
     def _run(self, sources, upto):
-        changes, pending, logs = {}, {}, {}
+        """Every output's changes for the step, computed together in one Spark job."""
+        names, deltas = [], []
         for name, delta in self._build_all(sources).items():
             if self._pending[name] is not None:
                 delta = self._pending[name].unionByName(delta)
-            combined = materialise(consolidate(delta, TIME_COLS))
+            names.append(name)
+            deltas.append(consolidate(delta, TIME_COLS))
+        changes, pending, logs = {}, {}, {}
+        for name, combined in zip(names, materialise_all(deltas)):
             if upto is None:
                 changes[name], pending[name] = combined, None
             else:
@@ -189,5 +193,14 @@ class Runner:
 
 
 def _first_line(e: Exception) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0][:500] if text else type(e).__name__
+    """The informative line of a Spark error: for a Python worker failure, the exception line
+    that closes its traceback; otherwise the first line."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    if not lines:
+        return type(e).__name__
+    if "Traceback (most recent call last)" in str(e):
+        python = [ln for ln in lines if not ln.startswith(("at ", "File ", "Traceback"))
+                  and ":" in ln and not ln.startswith("org.apache")]
+        if python:
+            return python[-1][:500]
+    return lines[0][:500]

@@ -1,0 +1,425 @@
+"""The command line: `python -m executor run|explain|demo` (also the spark-submit entry point).
+
+    python -m executor run PLAN.py --input NAME=PATH ... --output DIR
+           [--conf cpu|gpu|FILE] [--conf key=value ...] [--steps K] [--upto T] [--no-optimize]
+    python -m executor explain PLAN.py [--no-optimize]
+    python -m executor demo [--events N] [--steps K] [--conf ...]
+
+PLAN.py is a Python file defining `build(flow)`, which declares inputs and outputs on a
+`plans.Dataflow`. It is loaded from its path (it need not be importable); functions it defines
+(kernels) are shipped to Spark's workers by value.
+
+`run` reads every input file once (Parquet or CSV with a header; a file or a folder of them)
+with the record columns of the input's declared schema plus optional `time` and `diff`
+(BIGINT; absent: time 0, diff +1), checks every rule of DESIGN.md section 2, then feeds the
+updates in `--steps K` steps: the distinct input times (of all inputs together) are split into
+K consecutive groups, step i feeds group i with upto = the first time of group i+1 (the last
+group: its last time + 1), and finally the inputs are closed, so every pending change (a
+temporal filter's future retraction) is emitted. The output is the same for every K. With
+`--upto T` only updates at times < T are fed (later ones in the files are ignored), the last
+step goes to upto=T, the inputs stay open, and the output holds the changes at times < T.
+Each output is written to DIR/NAME/ as Parquet (overwritten): its record columns, `time` and
+`diff`, consolidated.
+
+Choices:
+- A declared input given no `--input` is an empty input (a note says so on stdout): plans
+  may have optional inputs. An `--input` name the plan does not declare is an error.
+- K larger than the number of distinct input times runs one step per distinct time.
+- Progress goes to stdout (`step i/K upto=T seconds=S`, then `close ...` and one line per
+  output written). An error is exactly one line on stderr, `error: <message>`, and exit
+  status 2; a usage error is argparse's (also status 2).
+- The Spark JVM started here writes its own log (startup chatter, task failures with Java
+  stack traces) to a file, named on stdout, so the terminal shows only diffspark's lines;
+  `--spark-log -` keeps it on the terminal, `--spark-log FILE` picks the file. Under
+  spark-submit the JVM already runs and its log stays where spark-submit put it.
+
+Under spark-submit, run the script with the repository on the Python path of the workers
+(e.g. `--py-files` with a zip of plans/ and executor/ on a cluster):
+
+    spark-submit executor/__main__.py run PLAN.py --input ... --output DIR --conf gpu
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import os
+import sys
+import tempfile
+import time as clock
+import warnings
+from pathlib import Path
+from typing import Optional
+
+from plans import Dataflow, ir
+from plans.fusion import fuse
+from plans.ir import PlanError
+
+from .config import ConfigError, load_conf
+from .errors import InputError, StepError
+
+EXIT_ERROR = 2
+
+
+class CliError(ValueError):
+    """A command line that cannot be run: the message is the whole story, one line."""
+
+
+# ---------------------------------------------------------------------------- arguments
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m executor",
+        description="diffspark: differential dataflow on Apache Spark.")
+    verbs = p.add_subparsers(dest="verb", required=True, metavar="{run,explain,demo}")
+
+    conf_help = ("cpu (default), gpu or a .conf file; or key=value to override one setting "
+                 "(repeatable)")
+    log_help = "where the Spark JVM's log goes: a file (default: a new temp file) or - (stderr)"
+
+    r = verbs.add_parser("run", help="run a plan file over input files, write its outputs",
+                         description="Run PLAN.py's dataflow over input files in steps and "
+                                     "write every output's changes to DIR/NAME/ (Parquet).")
+    r.add_argument("plan", metavar="PLAN.py", help="Python file defining build(flow)")
+    r.add_argument("--input", action="append", default=[], metavar="NAME=PATH",
+                   help="Parquet or CSV file or folder for the input NAME (repeatable)")
+    r.add_argument("--output", required=True, metavar="DIR", help="output folder")
+    r.add_argument("--conf", action="append", default=[], metavar="PROFILE|KEY=VALUE",
+                   help=conf_help)
+    r.add_argument("--steps", type=_positive_int, default=1, metavar="K",
+                   help="feed the inputs in K steps over their distinct times (default 1)")
+    r.add_argument("--upto", type=_time, default=None, metavar="T",
+                   help="feed only times < T and leave the inputs open")
+    r.add_argument("--no-optimize", dest="optimize", action="store_false",
+                   help="run the plan as written (no fusion)")
+    r.add_argument("--spark-log", default=None, metavar="FILE|-", help=log_help)
+    r.set_defaults(func=cmd_run)
+
+    e = verbs.add_parser("explain", help="print a plan before and after optimization",
+                         description="Print PLAN.py's plan as written and as run (no Spark).")
+    e.add_argument("plan", metavar="PLAN.py")
+    e.add_argument("--no-optimize", dest="optimize", action="store_false",
+                   help="show the plan as written only")
+    e.set_defaults(func=cmd_explain)
+
+    d = verbs.add_parser("demo", help="run the built-in events demo on Spark",
+                         description="Events with validity intervals through filter, map, "
+                                     "explode and temporal_filter, fed in steps with "
+                                     "retractions (see executor/demo.py).")
+    d.add_argument("--events", type=_positive_int, default=200_000, metavar="N",
+                   help="number of events (default 200000)")
+    d.add_argument("--steps", type=_positive_int, default=5, metavar="K",
+                   help="number of steps (default 5)")
+    d.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
+    d.add_argument("--conf", action="append", default=[], metavar="PROFILE|KEY=VALUE",
+                   help=conf_help)
+    d.add_argument("--spark-log", default=None, metavar="FILE|-", help=log_help)
+    d.set_defaults(func=cmd_demo)
+    return p
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _time(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2**63 - 1:
+        raise argparse.ArgumentTypeError(f"expected a time (integer >= 0), got {text!r}")
+    return value
+
+
+def conf_from_args(values: list[str]) -> dict[str, str]:
+    """`--conf` values: one profile (cpu, gpu, a .conf path; default cpu) and key=value
+    overrides, merged by executor.config.load_conf."""
+    profiles = [v for v in values if "=" not in v]
+    overrides = [v for v in values if "=" in v]
+    if len(profiles) > 1:
+        raise CliError(f"--conf: give at most one profile, got {', '.join(profiles)}")
+    return load_conf(profiles[0] if profiles else "cpu", overrides)
+
+
+def parse_inputs(values: list[str], flow: Dataflow) -> dict[str, str]:
+    """`--input NAME=PATH` values against the plan's declared inputs."""
+    paths: dict[str, str] = {}
+    for item in values:
+        name, sep, path = item.partition("=")
+        name = name.strip()
+        if not sep or not name or not path:
+            raise CliError(f"--input {item!r}: expected NAME=PATH")
+        if name not in flow.inputs:
+            declared = ", ".join(sorted(flow.inputs)) or "none"
+            raise CliError(f"--input {name}: the plan declares no input '{name}' "
+                           f"(its inputs: {declared})")
+        if name in paths:
+            raise CliError(f"--input {name}: given twice")
+        paths[name] = path
+    return paths
+
+
+# ---------------------------------------------------------------------------- plan files
+def load_plan(path: str) -> Dataflow:
+    """The Dataflow that PLAN.py's `build(flow)` declares."""
+    file = Path(path)
+    if not file.is_file():
+        raise CliError(f"plan file {path}: not found")
+    name = "diffspark_plan_" + "".join(c if c.isalnum() else "_" for c in file.stem)
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise CliError(f"plan file {path}: cannot be loaded as Python (expects a .py file)")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look modules up here
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # any error in user code: one line, no traceback
+        raise CliError(f"plan file {path}: {_describe(e)}") from None
+    build = getattr(module, "build", None)
+    if not callable(build):
+        raise CliError(f"plan file {path}: defines no build(flow) function")
+    flow = Dataflow()
+    try:
+        build(flow)
+    except Exception as e:
+        raise CliError(f"plan file {path}: build(flow) raised {_describe(e)}") from None
+    if not flow.outputs:
+        raise CliError(f"plan file {path}: build(flow) declares no outputs")
+    _ship_by_value(module)
+    return flow
+
+
+def _ship_by_value(module) -> None:
+    """Kernels defined in the plan file travel to Spark's workers by value: the workers
+    cannot import a module loaded from a path."""
+    try:
+        from pyspark import cloudpickle
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        return
+    cloudpickle.register_pickle_by_value(module)
+
+
+def _describe(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+def explain_text(flow: Dataflow, optimize: bool = True) -> str:
+    """The plan as written and after fusion, as `Runner.explain` prints it; no Spark."""
+    text = "== plan ==\n" + ir.explain(flow.outputs)
+    if optimize:
+        text += "\n== optimized ==\n" + ir.explain(fuse(flow.outputs))
+    return text
+
+
+# ---------------------------------------------------------------------------- verbs
+def cmd_explain(args) -> int:
+    print(explain_text(load_plan(args.plan), args.optimize))
+    return 0
+
+
+def cmd_run(args) -> int:
+    conf = conf_from_args(args.conf)
+    flow = load_plan(args.plan)
+    paths = parse_inputs(args.input, flow)
+    for name, path in paths.items():  # fail fast, before a JVM starts
+        _check_path(name, path)
+    for name in flow.inputs:
+        if name not in paths:
+            print(f"note: input '{name}' has no --input; it is empty", flush=True)
+
+    with spark_log(args.spark_log), _starting_spark():
+        from .runner import Runner  # imports pyspark: only for verbs that run
+        runner = Runner(flow, conf=conf, optimize=args.optimize)
+    try:
+        with _spark_errors(lambda e: StepError(f"run refused: {e}")):
+            run_plan(runner, paths, args.output, args.steps, args.upto)
+    finally:
+        _stop(runner.spark)
+    return 0
+
+
+def cmd_demo(args) -> int:
+    conf = conf_from_args(args.conf)
+    from . import demo
+    with spark_log(args.spark_log), _starting_spark():
+        from .session import spark_session
+        spark = spark_session(conf)
+    try:
+        with _spark_errors(lambda e: StepError(f"demo failed: {e}")):
+            demo.run_demo(spark, conf, events=args.events, steps=args.steps, seed=args.seed)
+    finally:
+        _stop(spark)
+    return 0
+
+
+def _check_path(name: str, path: str) -> None:
+    """The checks of executor.updates.read_source that need no Spark: the file exists and is
+    Parquet or CSV."""
+    from .updates import _format
+    if not os.path.exists(path):
+        raise InputError(name, "-", "file not found", path)
+    _format(name, path)
+
+
+# ---------------------------------------------------------------------------- running
+def run_plan(runner, paths: dict[str, str], output: str, steps: int = 1,
+             upto: Optional[int] = None) -> None:
+    """Read the inputs once, feed them in `steps` steps over their distinct times, close
+    (unless `upto`), write every output to `output`/NAME/."""
+    from pyspark import StorageLevel
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+
+    from .time import TIME
+    from .updates import normalise, read_source
+
+    frames: dict[str, DataFrame] = {}
+    for name, path in paths.items():
+        schema = runner.input_schemas[name]
+        with _spark_errors(lambda e: InputError(name, "-", "cannot be read", e)):
+            df = normalise(name, read_source(runner.spark, name, path, schema), schema,
+                           runner.frontier, None)
+            if upto is not None:
+                df = df.where(F.col(TIME) < upto)
+            frames[name] = df.persist(StorageLevel.MEMORY_AND_DISK) if steps > 1 else df
+
+    with _spark_errors(lambda e: InputError(",".join(sorted(paths)), TIME, "cannot be read", e)):
+        times = _distinct_times(list(frames.values()), steps)
+    bounds = _step_bounds(times, steps, upto)
+    for i, (lower, hi) in enumerate(bounds, start=1):
+        updates = {name: df.where((F.col(TIME) >= lower) & (F.col(TIME) < hi))
+                   for name, df in frames.items()}
+        result = runner.step(updates, upto=hi)
+        print(f"step {i}/{len(bounds)} upto={hi} seconds={result.seconds:.2f}", flush=True)
+    if upto is None:
+        result = runner.close()
+        print(f"close upto=inf seconds={result.seconds:.2f}", flush=True)
+    for df in frames.values():
+        df.unpersist()
+
+    for name in runner.plan:
+        target = output.rstrip("/") + "/" + name
+        out = runner.output(name)
+        with _spark_errors(lambda e: CliError(f"output {name}: cannot write {target}: {e}")):
+            out.write.mode("overwrite").parquet(target)
+            count = runner.spark.read.parquet(target).count()
+        print(f"wrote {target} ({count} changes)", flush=True)
+
+
+def _distinct_times(frames, steps: int) -> list[int]:
+    """The distinct input times in order (only the last one matters for one step)."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    from .time import TIME
+    if not frames:
+        return []
+    times = reduce(lambda a, b: a.unionByName(b), [df.select(TIME) for df in frames])
+    if steps == 1:
+        last = times.agg(F.max(TIME)).collect()[0][0]
+        return [] if last is None else [last]
+    return [r[0] for r in times.distinct().orderBy(TIME).collect()]
+
+
+def _step_bounds(times: list[int], steps: int, upto: Optional[int]) -> list[tuple[int, int]]:
+    """(lower, upto) of each step: the distinct times split into `steps` consecutive groups;
+    a step's upto is the first time of the next group (the last: its last time + 1, or
+    `upto`). No times and no `upto`: no step (close alone emits nothing)."""
+    k = max(1, min(steps, len(times)))
+    groups = [times[len(times) * i // k: len(times) * (i + 1) // k] for i in range(k)]
+    groups = [g for g in groups if g]
+    bounds, lower = [], 0
+    for i, group in enumerate(groups):
+        hi = groups[i + 1][0] if i + 1 < len(groups) else (
+            upto if upto is not None else group[-1] + 1)
+        bounds.append((lower, hi))
+        lower = hi
+    if not bounds and upto is not None:
+        bounds.append((0, upto))
+    return bounds
+
+
+@contextlib.contextmanager
+def _spark_errors(wrap):
+    """Spark's own exceptions (a corrupt file, a failed write) as one-line diffspark errors;
+    diffspark's errors pass unchanged."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+    try:
+        yield
+    except (Py4JJavaError, PySparkException) as e:
+        raise wrap(_describe(e)) from None
+
+
+@contextlib.contextmanager
+def _starting_spark():
+    """No Java, or a JVM that did not start (PySparkRuntimeError), as one line."""
+    try:
+        yield
+    except RuntimeError as e:
+        raise CliError(f"Spark did not start: {_describe(e)}") from None
+
+
+@contextlib.contextmanager
+def spark_log(path: Optional[str]):
+    """While a JVM starts, point file descriptor 2 at a log file: the JVM (and the Python
+    workers it forks) inherit it, and keep logging there; this process's stderr is restored
+    at once. A no-op when the JVM already runs (spark-submit) or with path '-'."""
+    from pyspark import SparkContext
+    if path == "-" or "PYSPARK_GATEWAY_PORT" in os.environ or SparkContext._gateway is not None:
+        yield
+        return
+    if path is None:
+        fd, path = tempfile.mkstemp(prefix="diffspark-spark-", suffix=".log")
+        os.close(fd)
+    try:
+        log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError as e:
+        raise CliError(f"--spark-log {path}: cannot write: {e.strerror}") from None
+    print(f"spark log: {path}", flush=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(log, 2)
+    caught: list = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(log)
+        for w in caught:
+            print(f"note: {w.message}", flush=True)
+
+
+def _stop(spark) -> None:
+    with contextlib.suppress(Exception):
+        spark.stop()
+
+
+# ---------------------------------------------------------------------------- entry point
+ERRORS = (CliError, ConfigError, InputError, PlanError, StepError)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ERRORS as e:
+        return _fail(str(e))
+
+
+def _fail(message: str) -> int:
+    line = " ".join(message.split())  # exactly one line
+    print(f"error: {line}", file=sys.stderr, flush=True)
+    return EXIT_ERROR

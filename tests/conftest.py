@@ -1,0 +1,135 @@
+"""One SparkSession for the whole test run (local[2], two partitions, UI off), plus helpers
+that build update DataFrames and compare a Runner with the reference interpreter."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+SHARED = ROOT.parent / "shared"
+
+TEST_OVERRIDES = ["spark.master=local[2]", "diffspark.partitions=2",
+                  "spark.driver.memory=3g"]
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long tests (run with -m slow)")
+    os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
+
+
+@pytest.fixture(scope="session")
+def conf():
+    from executor.config import load_conf
+    return load_conf("cpu", TEST_OVERRIDES)
+
+
+@pytest.fixture(scope="session")
+def spark(conf):
+    from executor.session import spark_session
+    # Python workers unpickle test-module kernels by reference: let them import tests/.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")])
+    session = spark_session(conf)
+    yield session
+    session.stop()
+
+
+def updates_df(spark, ddl: str, updates):
+    """A DataFrame of (record..., time, diff) rows with schema `ddl` + time + diff (via Arrow,
+    so no Python worker is involved in reading it)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    schema = StructType.fromDDL(f"{ddl}, time BIGINT, diff BIGINT")
+    rows = [tuple(r) + (t, d) for r, t, d in updates]
+    cols = list(zip(*rows)) if rows else [[] for _ in schema.fields]
+    arrow = pa.schema(to_arrow_schema(schema))
+    table = pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(cols, arrow)],
+                                 schema=arrow)
+    return spark.createDataFrame(table)
+
+
+def rows_of(df):
+    """Sorted (record tuple, time, diff) triples of an update DataFrame."""
+    from plans.semantics import consolidate
+    out = []
+    for r in df.collect():
+        vals = tuple(r)
+        out.append((tuple(_plain(v) for v in vals[:-2]), vals[-2], vals[-1]))
+    return consolidate(out)
+
+
+def outputs_rows(runner, names):
+    """rows_of for several outputs in ONE Spark job (records travel as JSON)."""
+    import json
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+    from plans.semantics import consolidate
+
+    frames = []
+    for i, name in enumerate(names):
+        df = runner.output(name)
+        recs = [c for c in df.columns if c not in ("time", "diff")]
+        frames.append(df.select(F.lit(i).alias("o"), F.to_json(F.struct(*[F.col(f"`{c}`")
+                      for c in recs]), {"ignoreNullFields": "false"}).alias("r"), "time", "diff"))
+    out = {name: [] for name in names}
+    for o, r, t, d in reduce(lambda a, b: a.unionByName(b), frames).collect():
+        out[names[o]].append((_from_json(json.loads(r)), t, d))
+    return {name: consolidate(ups) for name, ups in out.items()}
+
+
+def _from_json(v):
+    """JSON records back to the interpreter's shape: structs as tuples, arrays as lists."""
+    if isinstance(v, dict):
+        return tuple(_from_json(x) for x in v.values())
+    if isinstance(v, list):
+        return [_from_json(x) for x in v]
+    return v
+
+
+def _plain(v):
+    if hasattr(v, "asDict"):
+        return tuple(_plain(x) for x in v)
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    return v
+
+
+def assert_consolidated(df):
+    """No two rows with the same (record, time) and no zero diff."""
+    rows = [tuple(_plain(v) for v in r) for r in df.collect()]
+    keys = [r[:-1] for r in rows]
+    assert len(keys) == len(set(map(repr, keys))), "duplicate (record, time) rows"
+    assert all(r[-1] != 0 for r in rows), "zero diff in output"
+
+
+def run_against_reference(spark, conf, flow, inputs, cuts, optimize=True):
+    """Feed `inputs` ({name: (ddl, updates)}) to a Runner in steps ending at each of `cuts`,
+    then close; after every step each output must equal the reference below the frontier."""
+    from executor import Runner
+    from executor.reference import reference
+
+    expected = reference(spark, flow.outputs, {n: ups for n, (_, ups) in inputs.items()})
+    runner = Runner(flow, conf=conf, spark=spark, optimize=optimize)
+    lo = 0
+    for upto in list(cuts) + [None]:
+        if upto is None:
+            runner.close()
+        else:
+            batch = {n: updates_df(spark, ddl, [u for u in ups if lo <= u[1] < upto])
+                     for n, (ddl, ups) in inputs.items()}
+            runner.step(batch, upto=upto)
+            lo = upto
+        got = outputs_rows(runner, list(flow.outputs))
+        for name in flow.outputs:
+            want = [u for u in expected[name] if upto is None or u[1] < upto]
+            assert got[name] == want, f"output {name} after step to {upto}"
+    for name in flow.outputs:
+        assert_consolidated(runner.output(name))
+    return runner

@@ -46,7 +46,6 @@ import importlib.util
 import os
 import sys
 import tempfile
-import time as clock
 import warnings
 from pathlib import Path
 from typing import Optional
@@ -290,7 +289,7 @@ def run_plan(runner, paths: dict[str, str], output: str, steps: int = 1,
                 df = df.where(F.col(TIME) < upto)
             frames[name] = df.persist(StorageLevel.MEMORY_AND_DISK) if steps > 1 else df
 
-    with _spark_errors(lambda e: InputError(",".join(sorted(paths)), TIME, "cannot be read", e)):
+    with _spark_errors(lambda e: CliError(f"reading the input times: {e}")):
         times = _distinct_times(list(frames.values()), steps)
     bounds = _step_bounds(times, steps, upto)
     for i, (lower, hi) in enumerate(bounds, start=1):
@@ -391,7 +390,6 @@ def spark_log(path: Optional[str]):
     caught: list = []
     try:
         with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("default")
             yield
     finally:
         sys.stderr.flush()

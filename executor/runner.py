@@ -9,7 +9,7 @@ new DataFrames and the runner's fields are replaced only when every output has s
 from __future__ import annotations
 
 import time as clock
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce
 from typing import Optional
 
@@ -23,12 +23,14 @@ from plans import Dataflow, ir
 from plans.fusion import fuse
 from plans.ir import PlanError
 
-from . import linear
-from .config import kernel_backend, load_conf
+from . import join, linear
+from . import reduce as reduce_ops
+from .config import kernel_backend, load_conf, partitions
 from .consolidate import consolidate
 from .errors import InputError, StepError
 from .session import spark_session
 from .spine import Spine, materialise_all
+from .trace import Trace, View, arrange
 from .time import DIFF, INFINITY, TIME
 from .updates import normalise, read_source
 
@@ -60,7 +62,10 @@ class Runner:
         self.input_schemas = {n: StructType.fromDDL(i.schema) for n, i in flow.inputs.items()}
         self._empty = {n: self.spark.createDataFrame([], StructType(s.fields + update))
                        for n, s in self.input_schemas.items()}
-        resolved = self._build_all(self._empty)
+        self.partitions = partitions(self.conf)
+        self._state: dict[ir.Node, object] = {}  # Arrange -> Trace, Reduce -> pending
+        self.frontier = 0
+        resolved = self._build_all(_Step(self._empty, None, resolving=True))
         self.schemas = {name: df.schema for name, df in resolved.items()}
         self.frontier = 0
         self.steps = 0
@@ -69,24 +74,23 @@ class Runner:
         self._logs: dict[str, Spine] = {n: Spine() for n in self.plan}
 
     # ------------------------------------------------------------------ plan -> DataFrames
-    def _build_all(self, sources: dict[str, DataFrame]) -> dict[str, DataFrame]:
-        memo: dict[ir.Node, DataFrame] = {}
-        return {name: self._build(node, sources, memo) for name, node in self.plan.items()}
+    def _build_all(self, step: "_Step") -> dict[str, DataFrame]:
+        return {name: self._build(node, step) for name, node in self.plan.items()}
 
-    def _build(self, node: ir.Node, sources, memo) -> DataFrame:
-        if node in memo:
-            return memo[node]
-        kids = [self._build(c, sources, memo) for c in node.children()]
+    def _build(self, node: ir.Node, step: "_Step") -> DataFrame:
+        if node in step.memo:
+            return step.memo[node]
+        kids = [self._build(c, step) for c in node.children()]
         try:
-            df = self._operator(node, kids, sources)
+            df = self._operator(node, kids, step)
         except AnalysisException as e:
             raise PlanError(f"{node.label()}: {_first_line(e)}") from None
-        memo[node] = df
+        step.memo[node] = df
         return df
 
-    def _operator(self, node: ir.Node, kids: list[DataFrame], sources) -> DataFrame:
+    def _operator(self, node: ir.Node, kids: list[DataFrame], step: "_Step") -> DataFrame:
         if isinstance(node, ir.Input):
-            return sources[node.name]
+            return step.sources[node.name]
         if isinstance(node, ir.Linear):
             return linear.apply(kids[0], node.stages, TIME_COLS, self.backend)
         if isinstance(node, ir.Concat):
@@ -98,7 +102,54 @@ class Runner:
             return reduce(DataFrame.unionByName, kids)
         if isinstance(node, ir.Consolidate):
             return consolidate(kids[0], TIME_COLS)
+        if isinstance(node, ir.Arrange):
+            return self._arrange(node, kids[0], step)
+        if isinstance(node, ir.Imported):
+            return self._import(node, step)
+        if isinstance(node, ir.Join):
+            left, right = (step.views[c] for c in node.children())
+            return join.delta(node, left, right, TIME_COLS, kids[0].limit(0), kids[1].limit(0))
+        if isinstance(node, ir.Reduce):
+            out, pending = reduce_ops.delta(node, step.views[node.input], self._state.get(node),
+                                            self.frontier, step.upto, TIME_COLS,
+                                            kids[0].limit(0))
+            if not step.resolving:
+                step.pending[node] = pending  # materialised with the step's outputs
+            return out
         raise PlanError(f"{node.label()}: no executor for this operator")
+
+    def _arrange(self, node: ir.Arrange, delta: DataFrame, step: "_Step") -> DataFrame:
+        """Arrange the step's updates into a new batch of the node's trace (one per node)."""
+        keys = list(node.keys) if node.keys is not None else \
+            linear.record_columns(delta, TIME_COLS)
+        missing = [k for k in keys if k not in delta.columns]
+        if missing:
+            raise PlanError(f"{node.label()}: no column {missing} to arrange by")
+        trace = self._state.get(node) or Trace(keys, TIME_COLS, self.partitions)
+        if step.resolving:
+            step.views[node] = View(keys, [], [])
+            return delta
+        batch, size = arrange(delta, keys, TIME_COLS, self.partitions)
+        step.views[node] = View(keys, trace.batches, [batch] if size else [])
+        step.commits[node] = trace.appended(batch, size, step.upper, step.upper - 1)
+        return batch
+
+    def _import(self, node: ir.Imported, step: "_Step") -> DataFrame:
+        """Read another runner's live trace: batches before the frontier as `old`, the
+        step's interval as `delta` (filters keep the arranged layout: no copy)."""
+        handle = node.handle
+        if step.resolving:
+            step.views[node] = View(list(handle.keys), [], [])
+            return handle.empty()
+        if step.upper > handle.runner.frontier:
+            raise PlanError(f"{node.label()}: upto {step.upper} is beyond the source "
+                            f"runner's frontier {handle.runner.frontier}")
+        lo, hi = F.col(TIME) >= self.frontier, F.col(TIME) < step.upper
+        batches = handle.trace.batches
+        step.views[node] = View(list(handle.keys), [b.where(~lo) for b in batches],
+                                [b.where(lo & hi) for b in batches])
+        step.holds.append((handle, step.upper - 1))
+        return step.views[node].delta_frame(handle.empty())
 
     # ------------------------------------------------------------------ steps
     def step(self, updates: Optional[dict] = None, upto: Optional[int] = None) -> StepResult:
@@ -128,28 +179,38 @@ class Runner:
         for name, src in updates.items():
             df = read_source(self.spark, name, src, self.input_schemas[name])
             sources[name] = normalise(name, df, self.input_schemas[name], self.frontier, upto)
+        step = _Step(sources, upto)
         try:
-            changes, pending, logs = self._run(sources, upto)
+            changes, pending, logs = self._run(step)
         except (Py4JJavaError, PySparkException) as e:
             if isinstance(e, AnalysisException):
                 raise
             raise StepError(f"step {self.steps + 1} refused, nothing changed: "
                             f"{_first_line(e)}") from None
         self._pending, self._logs = pending, logs
+        self._state.update(step.commits)
+        for handle, since in step.holds:
+            handle.hold(since)
         lower, self.frontier = self.frontier, INFINITY if upto is None else upto
         self.steps += 1
         return StepResult(self.steps, lower, self.frontier, clock.perf_counter() - started, changes)
 
-    def _run(self, sources, upto):
-        """Every output's changes for the step, computed together in one Spark job."""
-        names, deltas = [], []
-        for name, delta in self._build_all(sources).items():
+    def _run(self, step: "_Step"):
+        """Every output's changes for the step, and every reduction's pending updates,
+        computed together in one Spark job."""
+        upto = step.upto
+        names, frames = [], []
+        for name, delta in self._build_all(step).items():
             if self._pending[name] is not None:
                 delta = self._pending[name].unionByName(delta)
             names.append(name)
-            deltas.append(consolidate(delta, TIME_COLS))
+            frames.append(consolidate(delta, TIME_COLS))
+        waiting = [(node, df) for node, df in step.pending.items() if df is not None]
+        done = materialise_all(frames + [df for _, df in waiting])
+        step.commits.update({node: None for node, df in step.pending.items() if df is None})
+        step.commits.update({node: df for (node, _), df in zip(waiting, done[len(frames):])})
         changes, pending, logs = {}, {}, {}
-        for name, combined in zip(names, materialise_all(deltas)):
+        for name, combined in zip(names, done):
             if upto is None:
                 changes[name], pending[name] = combined, None
             else:
@@ -188,8 +249,75 @@ class Runner:
     def physical_plan(self, name: str) -> str:
         """Spark's executed plan for one step of an output (before consolidation)."""
         self._check_output(name)
-        df = self._build_all(self._empty)[name]
+        df = self._build_all(_Step(self._empty, None, resolving=True))[name]
         return df._jdf.queryExecution().executedPlan().toString()
+
+    # ------------------------------------------------------------------ arrangements
+    def arrangement(self, name: str) -> "TraceHandle":
+        """A handle on the live arrangement an output names (flow.output(name, arr)), for
+        another Dataflow on the same SparkSession to import."""
+        self._check_output(name)
+        node = self.plan[name]
+        if not isinstance(node, ir.Arrange):
+            raise PlanError(f"output '{name}' is not an arrangement (use arrange_by_key)")
+        return TraceHandle(self, node, name)
+
+    def stats(self) -> dict[str, dict]:
+        """Per arrangement: batches, records, bytes, since and upper."""
+        return {node.label() + f" of {_short(node.input)}": trace.stats()
+                for node, trace in self._state.items() if isinstance(trace, Trace)}
+
+
+@dataclass
+class _Step:
+    """What one step's operators share: inputs, the interval, and state to commit."""
+
+    sources: dict
+    upto: Optional[int]
+    resolving: bool = False  # building on empty inputs to learn schemas: no jobs, no state
+    memo: dict = field(default_factory=dict)
+    views: dict = field(default_factory=dict)
+    commits: dict = field(default_factory=dict)
+    pending: dict = field(default_factory=dict)  # Reduce -> updates at times >= upto
+    holds: list = field(default_factory=list)
+
+    @property
+    def upper(self) -> int:
+        return INFINITY if self.upto is None else self.upto
+
+
+class TraceHandle:
+    """A reader's hold on a runner's live arrangement: importing runners read it, and while
+    the handle is held the trace keeps times distinguishable from `since` on."""
+
+    def __init__(self, runner: "Runner", node: ir.Arrange, name: str):
+        self.runner, self.node, self.name = runner, node, name
+        self.schema = runner.schemas[name]
+        self.keys = list(node.keys) if node.keys is not None else \
+            linear.record_columns(runner.output(name), TIME_COLS)
+        self.hold(runner.frontier - 1)
+
+    @property
+    def trace(self) -> Trace:
+        return self.runner._state[self.node]
+
+    def empty(self) -> DataFrame:
+        return self.runner.spark.createDataFrame([], self.schema)
+
+    def hold(self, since: int) -> None:
+        trace = self.runner._state.get(self.node)
+        if trace is not None:
+            trace.holds[id(self)] = since
+
+    def release(self) -> None:
+        """Drop the hold: the trace may compact past this reader."""
+        trace = self.runner._state.get(self.node)
+        if trace is not None:
+            trace.holds.pop(id(self), None)
+
+
+def _short(node: ir.Node) -> str:
+    return node.name if isinstance(node, ir.Input) else node.label()
 
 
 def _first_line(e: Exception) -> str:

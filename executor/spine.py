@@ -20,6 +20,12 @@ def materialise(df: DataFrame) -> DataFrame:
     return df.localCheckpoint(eager=True)
 
 
+def materialise_counted(df: DataFrame) -> tuple[DataFrame, int]:
+    """materialise and count in the same single job (the count is what computes it)."""
+    frame = df.localCheckpoint(eager=False)
+    return frame, frame.count()
+
+
 def materialise_all(frames: list[DataFrame]) -> list[DataFrame]:
     """Materialise several frames in ONE Spark job (a step's outputs): each frame becomes one
     struct column of a tagged union, checkpointed once, then unpacked by its tag."""

@@ -37,8 +37,26 @@ class Dataflow:
             raise PlanError(f"output '{name}' is declared twice")
         self.outputs[name] = collection.node
 
+    def import_trace(self, name: str, handle) -> "Arrangement":
+        """Attach to a live arrangement of another runner (`Runner.arrangement(name)`): it
+        starts from the trace's compacted batches, then follows new ones, without a copy."""
+        if not hasattr(handle, "keys") or not hasattr(handle, "schema"):
+            raise PlanError(f"import_trace '{name}': expects a handle from Runner.arrangement()")
+        return Arrangement(self, ir.Imported(name, handle))
+
     def explain(self) -> str:
         return ir.explain(self.outputs)
+
+
+def _names_arg(names, what: str) -> tuple[str, ...]:
+    if isinstance(names, str):
+        names = (names,)
+    names = tuple(names)
+    if not all(isinstance(n, str) and n for n in names):
+        raise PlanError(f"{what}: column names must be non-empty strings, got {names!r}")
+    if len(set(names)) != len(names):
+        raise PlanError(f"{what}: repeated column in {names!r}")
+    return names
 
 
 class Collection:
@@ -96,3 +114,103 @@ class Collection:
 
     def consolidate(self) -> "Collection":
         return Collection(self.flow, ir.Consolidate(self.node))
+
+    # ---- arrangements and joins
+    def arrange_by_key(self, *keys: str) -> "Arrangement":
+        """Index by `keys` (values = the other columns) as a shared trace."""
+        keys = _names_arg(keys, "arrange_by_key")
+        if not keys:
+            raise PlanError("arrange_by_key: give at least one key column")
+        return Arrangement(self.flow, ir.Arrange(self._collection_node(), keys))
+
+    def arrange_by_self(self) -> "Arrangement":
+        """Index by the whole record."""
+        return Arrangement(self.flow, ir.Arrange(self._collection_node(), None))
+
+    def _collection_node(self) -> ir.Node:
+        return self.node
+
+    def _arranged(self, keys: tuple[str, ...]) -> ir.Node:
+        return ir.Arrange(self._collection_node(), keys)
+
+    def join(self, other: "Collection", on) -> "Collection":
+        """Inner equi-join: on columns, then this side's other columns, then the other's;
+        a clash between the two sides' other columns is an error (rename with map)."""
+        on = self._check_join(other, on, "join")
+        return Collection(self.flow, ir.Join(self._arranged(on), other._arranged(on), on))
+
+    def semijoin(self, other: "Collection", on) -> "Collection":
+        """This side's records whose `on` key is present in `other` (multiplicity unchanged)."""
+        on = self._check_join(other, on, "semijoin")
+        keys = other.map(*(f"`{k}`" for k in on)).distinct()
+        return Collection(self.flow, ir.Join(self._arranged(on), keys._arranged(on), on, True))
+
+    def antijoin(self, other: "Collection", on) -> "Collection":
+        """This side's records whose `on` key is absent from `other`."""
+        return self.concat(self.semijoin(other, on).negate())
+
+    def _check_join(self, other, on, what) -> tuple[str, ...]:
+        if not isinstance(other, Collection) or other.flow is not self.flow:
+            raise PlanError(f"{what}: expects a Collection or Arrangement of the same Dataflow")
+        on = _names_arg(on, what)
+        if not on:
+            raise PlanError(f"{what}: on= needs at least one column")
+        return on
+
+    # ---- the reduce family: per key, re-evaluated at every time its input changes
+    def _reduce(self, by, reduction: ir.Reduction, what: str) -> "Collection":
+        by = _names_arg(by, what)
+        return Collection(self.flow, ir.Reduce(self._arranged(by), by, reduction))
+
+    def count(self, by=()) -> "Collection":
+        """by columns + `count` BIGINT (sum of multiplicities), present while non-zero."""
+        return self._reduce(by, ir.Reduction("count"), "count")
+
+    def sum(self, column: str, by=()) -> "Collection":
+        """by columns + the sum of `column` weighted by multiplicity (named like it),
+        present while the key has records."""
+        return self._reduce(by, ir.Reduction("sum", column=column), "sum")
+
+    def min(self, column: str, by=()) -> "Collection":
+        """by columns + the least `column` among records of positive multiplicity."""
+        return self._reduce(by, ir.Reduction("min", column=column), "min")
+
+    def max(self, column: str, by=()) -> "Collection":
+        return self._reduce(by, ir.Reduction("max", column=column), "max")
+
+    def distinct(self) -> "Collection":
+        """Records of positive multiplicity, with multiplicity 1."""
+        return Collection(self.flow, ir.Reduce(ir.Arrange(self._collection_node(), None), (),
+                                               ir.Reduction("distinct")))
+
+    def threshold(self, expr: str) -> "Collection":
+        """Each record's multiplicity replaced by `expr`, an SQL expression over `count`."""
+        return Collection(self.flow, ir.Reduce(ir.Arrange(self._collection_node(), None), (),
+                                               ir.Reduction("threshold", expr=expr)))
+
+    def top_k(self, k: int, order_by: str, by=()) -> "Collection":
+        """Per key, the k least records by `order_by` (ties by the record), counting
+        multiplicity."""
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise PlanError(f"top_k: k must be a positive integer, got {k!r}")
+        return self._reduce(by, ir.Reduction("top_k", expr=order_by, k=k), "top_k")
+
+
+class Arrangement(Collection):
+    """A collection indexed by key: joins and reductions keyed alike reuse its trace."""
+
+    def __init__(self, flow: Dataflow, node: ir.Node):
+        super().__init__(flow, node)
+
+    @property
+    def keys(self):
+        node = self.node
+        return tuple(node.handle.keys) if isinstance(node, ir.Imported) else node.keys
+
+    def _collection_node(self) -> ir.Node:
+        return self.node if isinstance(self.node, ir.Imported) else self.node.input
+
+    def _arranged(self, keys):
+        if self.keys == keys:
+            return self.node
+        return ir.Arrange(self._collection_node(), keys)

@@ -219,3 +219,86 @@ def explain(outputs: dict[str, Node]) -> str:
         lines.append(f"output {name}")
         visit(node, 1)
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- stateful nodes
+@dataclass(frozen=True)
+class Arrange(Node):
+    """The input indexed by `keys` (None: the whole record) as a shared trace. Equal Arrange
+    nodes are one trace: every operator keyed alike reads the same arrangement."""
+
+    input: Node
+    keys: Optional[tuple[str, ...]]
+
+    def children(self):
+        return (self.input,)
+
+    def with_children(self, kids):
+        return replace(self, input=kids[0])
+
+    def label(self):
+        return f"Arrange[{'self' if self.keys is None else ', '.join(self.keys)}]"
+
+
+@dataclass(frozen=True)
+class Join(Node):
+    """Inner equi-join of two arrangements on `on`: (on columns, left's others, right's
+    others); time = lattice join, diff = product."""
+
+    left: Node
+    right: Node
+    on: tuple[str, ...]
+    left_order: bool = False  # output = the left's columns in its order (semijoin)
+
+    def children(self):
+        return (self.left, self.right)
+
+    def with_children(self, kids):
+        return replace(self, left=kids[0], right=kids[1])
+
+    def label(self):
+        return f"Join[on {', '.join(self.on)}]"
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """What a Reduce computes per key from the key's accumulated multiset."""
+
+    kind: str                 # count | sum | min | max | distinct | threshold | top_k
+    column: Optional[str] = None
+    expr: Optional[str] = None
+    k: Optional[int] = None
+
+    def label(self):
+        args = [a for a in (self.column, self.expr, self.k) if a is not None]
+        return f"{self.kind}({', '.join(map(str, args))})"
+
+
+@dataclass(frozen=True)
+class Reduce(Node):
+    """A reduction per key of an arranged input, re-evaluated at every time its input
+    changes, emitting differences."""
+
+    input: Node  # an Arrange node keyed by `by` (or by the whole record)
+    by: tuple[str, ...]
+    reduction: Reduction
+
+    def children(self):
+        return (self.input,)
+
+    def with_children(self, kids):
+        return replace(self, input=kids[0])
+
+    def label(self):
+        return f"Reduce[{self.reduction.label()} by {', '.join(self.by) or '()'}]"
+
+
+@dataclass(frozen=True)
+class Imported(Node):
+    """A live arrangement of another runner, attached without copying (flow.import_trace)."""
+
+    name: str
+    handle: object  # executor's TraceHandle; compared by identity
+
+    def label(self):
+        return f"Imported {self.name} [{', '.join(self.handle.keys)}]"

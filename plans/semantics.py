@@ -81,7 +81,76 @@ class Interpreter:
             ddl, ups = getattr(self, "_stage_" + type(stage).__name__)(stage, ddl, ups)
         return ddl, ups
 
-    # ---- linear stages
+    def _Arrange(self, n: ir.Arrange):
+        return self.eval(n.input)
+
+    def _Join(self, n: ir.Join):
+        """At every time: the static equi-join of the accumulated inputs (SQL equality:
+        a null key matches nothing)."""
+        (lddl, lups), (rddl, rups) = self.eval(n.left), self.eval(n.right)
+        lnames, rnames = _names(lddl), _names(rddl)
+        lk = [lnames.index(k) for k in n.on]
+        rk = [rnames.index(k) for k in n.on]
+        lo = [i for i in range(len(lnames)) if i not in lk]
+        ro = [i for i in range(len(rnames)) if i not in rk]
+        if n.left_order:
+            ddl = lddl
+        else:
+            cols = _columns(lddl)
+            ddl = ", ".join([cols[i] for i in lk + lo] + [_columns(rddl)[i] for i in ro])
+
+        def static(left: Counter, right: Counter) -> Counter:
+            index = defaultdict(list)
+            for r, m in right.items():
+                key = tuple(r[i] for i in rk)
+                if None not in key:
+                    index[key].append((r, m))
+            out = Counter()
+            for l, m in left.items():
+                for r, m2 in index.get(tuple(l[i] for i in lk), []):
+                    rec = l if n.left_order else (tuple(l[i] for i in lk + lo) +
+                                                  tuple(r[i] for i in ro))
+                    out[rec] += m * m2
+            return out
+
+        return ddl, _per_time([lups, rups], static)
+
+    def _Reduce(self, n: ir.Reduce):
+        """At every time: group the accumulated input by `by`, apply the reduction."""
+        ddl, ups = self.eval(n.input)
+        names = _names(ddl)
+        red = n.reduction
+        by = [names.index(b) for b in n.by]
+        out_ddl = ddl
+        if red.kind == "count":
+            out_ddl = ", ".join([_columns(ddl)[i] for i in by] + ["count BIGINT"])
+        elif red.kind in ("sum", "min", "max"):
+            agg_ddl, _ = self.sql.select(ddl, [], [f"{red.kind}(`{red.column}`) AS `{red.column}`"])
+            out_ddl = ", ".join([_columns(ddl)[i] for i in by] + [agg_ddl])
+        values = {}
+        if red.kind == "threshold":
+            counts = sorted({m for m in _all_multiplicities(ups)})
+            _, rows = self.sql.select("count BIGINT", [(c,) for c in counts],
+                                      [f"CAST(({red.expr}) AS BIGINT)"])
+            values = {c: row[0] for c, row in zip(counts, rows)}
+        if red.kind == "top_k":
+            recs = list(dict.fromkeys(r for r, _, _ in ups))
+            _, rows = self.sql.select(ddl, recs, [red.expr])
+            values = {r: row[0] for r, row in zip(recs, rows)}
+        col = names.index(red.column) if red.column else None
+
+        def static(acc: Counter) -> Counter:
+            groups = defaultdict(list)
+            for r, m in acc.items():
+                groups[tuple(r[i] for i in by)].append((r, m))
+            out = Counter()
+            for key, members in groups.items():
+                for rec, m in _reduce_group(red, key, members, col, values):
+                    out[rec] += m
+            return out
+
+        return out_ddl, _per_time([ups], lambda acc: static(acc))
+
     def _per_record(self, ddl: str, ups: list[Update], exprs: list[str]):
         """Evaluate exprs once per distinct record: (result DDL without the id, {id: [rows]},
         records by id)."""
@@ -153,6 +222,70 @@ class Interpreter:
 
     def _stage_Kernel(self, s: ir.Kernel, ddl, ups):
         return s.schema, apply_kernel(s.fn, _names(ddl), _names(s.schema), ups)
+
+
+def _reduce_group(red: ir.Reduction, key: tuple, members, col, values):
+    """(record, multiplicity) outputs of one group; `members` are (record, multiplicity)
+    with multiplicity != 0."""
+    positive = [(r, m) for r, m in members if m > 0]
+    if red.kind == "count":
+        total = sum(m for _, m in members)
+        return [(key + (total,), 1)] if total != 0 else []
+    if red.kind == "sum":
+        xs = [(r[col], m) for r, m in members if r[col] is not None]
+        return [(key + ((sum(x * m for x, m in xs) if xs else None),), 1)]
+    if red.kind in ("min", "max"):
+        if not positive:
+            return []
+        xs = [r[col] for r, _ in positive if r[col] is not None]
+        pick = (min if red.kind == "min" else max)(xs) if xs else None
+        return [(key + (pick,), 1)]
+    if red.kind == "distinct":
+        return [(r, 1) for r, _ in positive]
+    if red.kind == "threshold":
+        return [(r, values[m]) for r, m in members if values[m]]
+    if red.kind == "top_k":
+        ranked = sorted(positive, key=lambda rm: (_null_first(values[rm[0]]),
+                                                   _record_key(rm[0])))
+        out, left = [], red.k
+        for r, m in ranked:
+            if left <= 0:
+                break
+            out.append((r, min(m, left)))
+            left -= m
+        return out
+    raise ValueError(f"unknown reduction {red.kind}")
+
+
+def _null_first(v):
+    return (v is not None, v if v is not None else 0)
+
+
+def _record_key(rec):
+    return tuple(_null_first(v) for v in rec)
+
+
+def _all_multiplicities(ups):
+    """Every multiplicity any record reaches at any time (threshold's inputs)."""
+    out = set()
+    for t in sorted({t for _, t, _ in ups}):
+        out.update(accumulate(ups, t).values())
+    return out
+
+
+def _per_time(streams: list[list[Update]], static) -> list[Update]:
+    """Definitional evaluation of a non-linear operator: at every time at which an input
+    changes, accumulate each input, apply `static`, and emit the difference from the
+    previous result."""
+    out, prev = [], Counter()
+    for t in sorted({t for ups in streams for _, t, _ in ups}):
+        now = static(*[accumulate(ups, t) for ups in streams])
+        now = Counter({r: m for r, m in now.items() if m != 0})
+        for r in set(now) | set(prev):
+            if now[r] != prev[r]:
+                out.append((r, t, now[r] - prev[r]))
+        prev = now
+    return out
 
 
 def apply_kernel(fn: Callable, names: list[str], out_names: list[str],

@@ -1,0 +1,110 @@
+"""The reduce family (count, sum, min, max, distinct, threshold, top_k) over arrangements.
+
+For the keys a step touches, a reduction is re-evaluated at every time at which its input
+changes, and the differences between consecutive results are emitted. In Spark SQL: the grid
+G = (key, time) of the step's ready updates plus a baseline row per key at the last complete
+time F-1; the key's history from the trace joins G (history time <= grid time) and sums to the
+accumulated multiset at each grid time; the reduction runs per (key, grid time); each result
+is emitted at its time and retracted at the key's next grid time. Updates at times >= upto
+wait in `pending` until the frontier passes them, since later steps may still add updates
+before them. The trace is compacted to F-1, so the baseline still sees all of the past.
+"""
+from __future__ import annotations
+
+from functools import reduce as fold
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from plans import ir
+from plans.ir import PlanError
+
+from .linear import q, record_columns
+from .time import DIFF, TIME
+from .trace import View
+
+GT, NEXT, M = "__gt", "__next", "__m"
+
+
+def output(node: ir.Reduce, acc: DataFrame, keys: list[str], records: list[str]) -> DataFrame:
+    """Per (key, grid time): the reduction's output records with multiplicity M, from the
+    accumulated multiset `acc` (keys, GT, records, M != 0)."""
+    red = node.reduction
+    by = [*map(q, node.by), GT]
+    if red.kind == "count":
+        return (acc.groupBy(*by).agg(F.sum(M).alias("count")).where(F.col("count") != 0)
+                .withColumn(M, F.lit(1).cast("bigint")))
+    if red.kind == "sum":
+        x = q(red.column)
+        return acc.groupBy(*by).agg(F.sum(F.col(x) * F.col(M)).alias(red.column)) \
+                  .withColumn(M, F.lit(1).cast("bigint"))
+    if red.kind in ("min", "max"):
+        agg = F.min if red.kind == "min" else F.max
+        return (acc.where(F.col(M) > 0).groupBy(*by).agg(agg(q(red.column)).alias(red.column))
+                .withColumn(M, F.lit(1).cast("bigint")))
+    if red.kind == "distinct":
+        return acc.where(F.col(M) > 0).select(*map(q, records), GT,
+                                              F.lit(1).cast("bigint").alias(M))
+    if red.kind == "threshold":
+        counted = acc.select(*map(q, records), GT, F.col(M).alias("count"))
+        return (counted.selectExpr(*map(q, records), GT, f"CAST(({red.expr}) AS BIGINT) AS {M}")
+                .where(F.col(M) != 0))
+    if red.kind == "top_k":
+        order = [F.expr(red.expr).asc_nulls_first()] + [F.col(q(c)).asc_nulls_first()
+                                                        for c in records]
+        w = Window.partitionBy(*by).orderBy(*order).rowsBetween(Window.unboundedPreceding, 0)
+        ranked = acc.where(F.col(M) > 0).withColumn("__before", F.sum(M).over(w) - F.col(M))
+        return (ranked.where(F.col("__before") < red.k)
+                .select(*map(q, records), GT,
+                        F.least(F.col(M), F.lit(red.k) - F.col("__before")).alias(M)))
+    raise PlanError(f"{node.label()}: unknown reduction {red.kind}")
+
+
+def delta(node: ir.Reduce, view: View, pending, frontier: int, upto, time_cols, empty):
+    """(output changes of this step, new pending updates)."""
+    if len(time_cols) != 1:
+        raise PlanError(f"{node.label()}: reductions over nested times are not supported yet")
+    keys = list(view.keys)
+    records = record_columns(empty, time_cols)
+    incoming = view.delta_frame(empty)
+    if pending is not None:
+        incoming = pending.union(incoming)
+    if upto is None:
+        ready, pending = incoming, None
+    else:
+        ready = incoming.where(F.col(TIME) < upto)
+        pending = incoming.where(F.col(TIME) >= upto)
+    kq = list(map(q, keys))
+    grid = ready.select(*kq, F.col(TIME).alias(GT)).distinct()
+    grid = grid.union(grid.select(*kq).distinct().withColumn(GT, F.lit(frontier - 1)))
+    grid = grid.withColumn(NEXT, F.lead(GT).over(Window.partitionBy(*kq).orderBy(GT)))
+    history = fold(DataFrame.union, view.all()) if view.all() else empty
+    touched = grid.select(*kq).distinct()
+    history = history.join(touched, [history[k].eqNullSafe(touched[k]) for k in kq]
+                           if kq else F.lit(True), "left_semi")
+    h, g = history.alias("h"), grid.alias("g")
+    cond = [F.col(f"h.{k}").eqNullSafe(F.col(f"g.{k}")) for k in kq]
+    cond.append(F.col(f"h.{TIME}") <= F.col(f"g.{GT}"))
+    acc = (h.join(g, fold(lambda a, b: a & b, cond), "inner")
+           .groupBy(*[F.col(f"h.{q(c)}").alias(c) for c in records], F.col(f"g.{GT}").alias(GT))
+           .agg(F.sum(F.col(f"h.{DIFF}")).alias(M)).where(F.col(M) != 0))
+    if node.by != tuple(keys) and node.reduction.kind not in ("distinct", "threshold"):
+        raise PlanError(f"{node.label()}: input arranged by {keys}, expected {list(node.by)}")
+    out = output(node, acc, keys, records)
+    out_records = [c for c in out.columns if c not in (GT, M)]
+    return _emit(out, grid, keys, out_records, frontier), pending
+
+
+def _emit(out: DataFrame, grid: DataFrame, keys: list[str], out_records, frontier: int):
+    """Each result at its grid time (+), retracted at the key's next grid time (-); the
+    baseline row (time F-1) is only retracted."""
+    o, g = out.alias("o"), grid.alias("g")
+    cond = [F.col(f"o.{q(k)}").eqNullSafe(F.col(f"g.{q(k)}")) for k in keys]
+    cond.append(F.col(f"o.{GT}") == F.col(f"g.{GT}"))
+    joined = o.join(g, fold(lambda a, b: a & b, cond), "inner")
+    recs = [F.col(f"o.{q(c)}").alias(c) for c in out_records]
+    plus = joined.where(F.col(f"g.{GT}") >= frontier).select(
+        *recs, F.col(f"g.{GT}").alias(TIME), F.col(f"o.{M}").alias(DIFF))
+    minus = joined.where(F.col(f"g.{NEXT}").isNotNull()).select(
+        *recs, F.col(f"g.{NEXT}").alias(TIME), (-F.col(f"o.{M}")).alias(DIFF))
+    return plus.union(minus)

@@ -16,11 +16,6 @@ TEST_OVERRIDES = ["spark.master=local[2]", "diffspark.partitions=2",
                   "spark.driver.memory=3g"]
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: long tests (run with -m slow)")
-    os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
-
-
 @pytest.fixture(scope="session")
 def conf():
     from executor.config import load_conf

@@ -96,8 +96,8 @@ def _temporal_filter(df, s: ir.TemporalFilter, time_cols):
     """join_function with elements (lower, +1) and (upper, -1); a record whose upper <= lower
     is never present, and a null upper never retracts."""
     lo, hi = (_bound(df, e, s) for e in (s.lower, s.upper))
-    elements = (f"filter(array(named_struct('time', {lo}, 'diff', 1L), "
-                f"named_struct('time', {hi}, 'diff', -1L)), e -> e.diff = 1 OR e.time IS NOT NULL)")
+    enter = f"named_struct('time', {lo}, 'diff', 1L)"
+    elements = f"IF({hi} IS NULL, array({enter}), array({enter}, named_struct('time', {hi}, 'diff', -1L)))"
     live = df.where(f"NOT coalesce({hi} <= {lo}, false)")
     return _generate(live, f"inline({elements})", time_cols, True, s, {TIME, DIFF})
 

@@ -78,12 +78,14 @@ def delta(node: ir.Reduce, view: View, pending, frontier: int, upto, time_cols, 
     grid = ready.select(*kq, F.col(TIME).alias(GT)).distinct()
     grid = grid.union(grid.select(*kq).distinct().withColumn(GT, F.lit(frontier - 1)))
     grid = grid.withColumn(NEXT, F.lead(GT).over(Window.partitionBy(*kq).orderBy(GT)))
-    history = fold(DataFrame.union, view.all()) if view.all() else empty
-    touched = grid.select(*kq).distinct()
-    history = history.join(touched, [history[k].eqNullSafe(touched[k]) for k in kq]
-                           if kq else F.lit(True), "left_semi")
+    same = equality(empty, keys)
+    touched = grid.select(*kq).distinct().alias("t")
+    history = fold(DataFrame.union, [
+        b.alias("b").join(touched, fold(lambda x, y: x & y, [same(f"b.{k}", f"t.{k}")
+                                                              for k in kq], F.lit(True)),
+                          "left_semi") for b in view.all()]) if view.all() else empty
     h, g = history.alias("h"), grid.alias("g")
-    cond = [F.col(f"h.{k}").eqNullSafe(F.col(f"g.{k}")) for k in kq]
+    cond = [same(f"h.{k}", f"g.{k}") for k in kq]
     cond.append(F.col(f"h.{TIME}") <= F.col(f"g.{GT}"))
     acc = (h.join(g, fold(lambda a, b: a & b, cond), "inner")
            .groupBy(*[F.col(f"h.{q(c)}").alias(c) for c in records], F.col(f"g.{GT}").alias(GT))
@@ -92,19 +94,32 @@ def delta(node: ir.Reduce, view: View, pending, frontier: int, upto, time_cols, 
         raise PlanError(f"{node.label()}: input arranged by {keys}, expected {list(node.by)}")
     out = output(node, acc, keys, records)
     out_records = [c for c in out.columns if c not in (GT, M)]
-    return _emit(out, grid, keys, out_records, frontier), pending
+    return _emit(out, grid, keys, out_records, frontier, same), pending
 
 
-def _emit(out: DataFrame, grid: DataFrame, keys: list[str], out_records, frontier: int):
+def _emit(out: DataFrame, grid: DataFrame, keys: list[str], out_records, frontier: int,
+          same):
     """Each result at its grid time (+), retracted at the key's next grid time (-); the
-    baseline row (time F-1) is only retracted."""
+    baseline row (time F-1) is only retracted. One join, one generator: no second pass."""
     o, g = out.alias("o"), grid.alias("g")
-    cond = [F.col(f"o.{q(k)}").eqNullSafe(F.col(f"g.{q(k)}")) for k in keys]
+    cond = [same(f"o.{q(k)}", f"g.{q(k)}") for k in keys]
     cond.append(F.col(f"o.{GT}") == F.col(f"g.{GT}"))
     joined = o.join(g, fold(lambda a, b: a & b, cond), "inner")
+    gt, nxt, m = F.col(f"g.{GT}"), F.col(f"g.{NEXT}"), F.col(f"o.{M}")
+    signed = F.array_compact(F.array(
+        F.when(gt >= frontier, F.struct(gt.alias(TIME), m.alias(DIFF))),
+        F.when(nxt.isNotNull(), F.struct(nxt.alias(TIME), (-m).alias(DIFF)))))
     recs = [F.col(f"o.{q(c)}").alias(c) for c in out_records]
-    plus = joined.where(F.col(f"g.{GT}") >= frontier).select(
-        *recs, F.col(f"g.{GT}").alias(TIME), F.col(f"o.{M}").alias(DIFF))
-    minus = joined.where(F.col(f"g.{NEXT}").isNotNull()).select(
-        *recs, F.col(f"g.{NEXT}").alias(TIME), (-F.col(f"o.{M}")).alias(DIFF))
-    return plus.union(minus)
+    return joined.select(*recs, F.inline(signed))
+
+
+def equality(df: DataFrame, keys: list[str]):
+    """Key equality for joins inside a reduction: plain `=` (which keeps the arrangement's
+    hash partitioning usable) where the key cannot be null, null-safe `<=>` otherwise."""
+    nullable = {f.name for f in df.schema.fields if f.nullable}
+
+    def same(a: str, b: str):
+        name = a.split(".", 1)[1].strip("`")
+        return F.col(a).eqNullSafe(F.col(b)) if name in nullable else F.col(a) == F.col(b)
+
+    return same

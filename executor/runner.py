@@ -232,14 +232,15 @@ class Runner:
 
     def snapshot(self, name: str, at: int) -> DataFrame:
         """The output collection at time `at` (final only below the frontier): record columns
-        and their multiplicity as `count`."""
+        and their multiplicity as `count` (`multiplicity` if a record column is `count`)."""
         self._check_output(name)
         if at >= self.frontier:
             raise PlanError(f"snapshot: time {at} is not final yet (frontier {self.frontier})")
         recs = linear.record_columns(self.output(name), TIME_COLS)
+        label = "multiplicity" if "count" in (r.lower() for r in recs) else "count"
         return (self.output(name).where(F.col(TIME) <= at)
-                .groupBy(*map(linear.q, recs)).agg(F.sum(DIFF).alias("count"))
-                .where(F.col("count") != 0))
+                .groupBy(*map(linear.q, recs)).agg(F.sum(DIFF).alias(label))
+                .where(F.col(label) != 0))
 
     def explain(self) -> str:
         """The plan as written and as run (after fusion)."""

@@ -27,27 +27,24 @@ def materialise_counted(df: DataFrame) -> tuple[DataFrame, int]:
 
 
 def materialise_all(frames: list[DataFrame]) -> list[DataFrame]:
-    """Materialise several frames in ONE Spark job (a step's outputs): each frame becomes one
-    struct column of a tagged union, checkpointed once, then unpacked by its tag."""
-    if len(frames) == 1:
-        return [materialise(frames[0])]
-    from pyspark.sql import functions as F
+    """Materialise several frames (a step's outputs) as concurrent Spark jobs, so their
+    scheduling overheads overlap. (One job over a tagged union of all frames was tried: its
+    tasks each carry every frame's plan, which is ruinous for plans with many joins.)"""
+    if len(frames) <= 1:
+        return [materialise(f) for f in frames]
+    from concurrent.futures import ThreadPoolExecutor
 
-    def packed(i, df):
-        cols = [F.struct(*[F.col(f"`{c}`") for c in df.columns]).alias(f"__r{j}") if j == i
-                else F.lit(None).cast(other.schema).alias(f"__r{j}")
-                for j, other in enumerate(frames)]
-        return df.select(F.lit(i).alias("__o"), *cols)
-
-    together = materialise(reduce(DataFrame.union, [packed(i, f) for i, f in enumerate(frames)]))
-    return [together.where(F.col("__o") == i).select(f"__r{i}.*") for i in range(len(frames))]
+    with ThreadPoolExecutor(max_workers=min(8, len(frames))) as pool:
+        return list(pool.map(materialise, frames))
 
 
 class Spine:
-    def __init__(self, merge: Optional[Callable[[DataFrame], DataFrame]] = None,
+    def __init__(self, merge: Optional[Callable[[DataFrame, int], tuple[DataFrame, int]]] = None,
                  slack: int = 8):
         self.batches: list[tuple[int, DataFrame]] = []
-        self.merge = merge or (lambda df: df)  # e.g. consolidation or compaction
+        # (union of two batches, their summed size) -> (materialised batch, its size); a
+        # trace's merge compacts and consolidates, so the size can shrink
+        self.merge = merge or (lambda df, size: (materialise(df), size))
         self.slack = slack
 
     def appended(self, batch: DataFrame, size: int = 1) -> "Spine":
@@ -56,7 +53,8 @@ class Spine:
         batches = self.batches + [(size, batch)]
         while len(batches) > self.slack and batches[-2][0] <= 2 * batches[-1][0]:
             (s1, b1), (s2, b2) = batches[-2:]
-            batches[-2:] = [(s1 + s2, materialise(self.merge(b1.unionByName(b2))))]
+            merged, size = self.merge(b1.unionByName(b2), s1 + s2)
+            batches[-2:] = [(size, merged)]
         out.batches = batches
         return out
 

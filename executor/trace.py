@@ -63,7 +63,7 @@ class Trace:
         held back by reader handles."""
         since = min([frontier_since, *self.holds.values()])
         keys, times, parts = self.keys, self.time_cols, self.partitions
-        spine = Spine(lambda df: arrange(df, keys, times, parts, since)[0], slack=self.spine.slack)
+        spine = Spine(lambda df, _: arrange(df, keys, times, parts, since), slack=self.spine.slack)
         spine.batches = list(self.spine.batches)
         return Trace(keys, times, parts, spine.appended(batch, size) if size else spine,
                      max(self.since, since), upper, self.holds)

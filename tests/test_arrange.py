@@ -1,0 +1,157 @@
+"""Arrangements, joins and the reduce family against the reference interpreter; importing a
+live arrangement; compaction; and the shuffle-free physical plan of arranged joins."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import outputs_rows, run_against_reference, updates_df
+from executor import PlanError, Runner
+from plans import Dataflow
+
+E, N = "src BIGINT, dst BIGINT", "node BIGINT, w BIGINT"
+HORIZON = 8
+
+
+def stateful_flow() -> Dataflow:
+    flow = Dataflow()
+    e = flow.input("e", E)
+    n = flow.input("n", N)
+    by_src = e.arrange_by_key("src")
+    weights = n.map("node AS src", "w")
+    flow.output("join", by_src.join(weights, on=["src"]))
+    flow.output("two_hop", by_src.join(e.map("dst AS src", "src AS mid"), on=["src"]))
+    flow.output("semijoin", e.semijoin(weights, on=["src"]))
+    flow.output("antijoin", e.antijoin(weights, on=["src"]))
+    flow.output("count", e.count(by=["src"]))
+    flow.output("count_all", e.count())
+    flow.output("sum", n.sum("w", by=["node"]))
+    flow.output("min", n.min("w", by=["node"]))
+    flow.output("max", n.max("w", by=["node"]))
+    flow.output("distinct", e.map("dst").distinct())
+    flow.output("threshold", e.threshold("CASE WHEN count >= 2 THEN 1 ELSE 0 END"))
+    flow.output("top_k", e.top_k(2, order_by="-dst", by=["src"]))
+    return flow
+
+
+node = st.integers(0, 3)
+edge = st.tuples(st.tuples(node, node), st.integers(0, HORIZON - 1), st.sampled_from([-1, 1, 1, 2]))
+weight = st.tuples(st.tuples(node, st.one_of(st.none(), st.integers(-3, 3))),
+                   st.integers(0, HORIZON - 1), st.sampled_from([-1, 1, 2]))
+cuts = st.sets(st.integers(1, HORIZON - 1), max_size=2).map(lambda s: sorted(s) + [HORIZON])
+
+
+@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+@given(edges=st.lists(edge, max_size=14), weights=st.lists(weight, max_size=8), cuts=cuts)
+def test_joins_and_reductions_match_reference(spark, conf, edges, weights, cuts):
+    run_against_reference(spark, conf, stateful_flow(), {"e": (E, edges), "n": (N, weights)},
+                          cuts)
+
+
+def test_fixed_stream_with_negative_multiplicities(spark, conf):
+    """Retractions below zero: join and count see negative multiplicities; min/max/distinct
+    only positive ones; top_k keeps k copies."""
+    edges = [((1, 2), 0, 1), ((1, 3), 1, 1), ((2, 3), 1, 1), ((1, 2), 3, -2), ((2, 3), 2, 1),
+             ((3, 1), 4, 1), ((1, 0), 5, 3), ((1, 3), 6, -1), ((0, 0), 6, -1)]
+    weights = [((1, 5), 0, 1), ((2, 7), 2, 1), ((1, 5), 4, -1), ((3, None), 1, 1),
+               ((1, -9), 5, 1), ((0, 2), 7, -1)]
+    run_against_reference(spark, conf, stateful_flow(), {"e": (E, edges), "n": (N, weights)},
+                          [2, 4, 7, HORIZON])
+
+
+@pytest.mark.slow
+def test_history_in_one_step_or_many_gives_one_answer(spark, conf):
+    edges = [((i % 4, (i * 3) % 5), i % HORIZON, 1 if i % 3 else -1) for i in range(30)]
+    finals = []
+    for cuts in ([HORIZON], list(range(1, HORIZON + 1))):
+        runner = run_against_reference(spark, conf, stateful_flow(), {"e": (E, edges),
+                                       "n": (N, [])}, cuts)
+        finals.append(outputs_rows(runner, ["count", "two_hop", "top_k"]))
+    assert finals[0] == finals[1]
+
+
+def test_arranged_join_has_no_exchange_and_no_sort(spark):
+    """Both sides hash-partitioned into P parts by the key and sorted: a SortMergeJoin reads
+    them as they are."""
+    from executor import join
+    from executor.trace import arrange
+    from plans import ir
+
+    a, _ = arrange(updates_df(spark, "k BIGINT, x BIGINT", [((i % 7, i), i % 3, 1)
+                                                            for i in range(50)]), ["k"], ["time"], 2)
+    b, _ = arrange(updates_df(spark, "k BIGINT, y BIGINT", [((i % 5, i), i % 4, 1)
+                                                            for i in range(50)]), ["k"], ["time"], 2)
+    j = ir.Join(ir.Input("a", "k BIGINT"), ir.Input("b", "k BIGINT"), ("k",))
+    df = join.pair(j, a, b, ["time"], join.output_columns(j, a, b, ["time"]))
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    assert "SortMergeJoin" in plan
+    assert "Exchange" not in plan and "Sort [" not in plan, plan
+    assert df.count() == sum(1 for i in range(50) for i2 in range(50) if i % 7 == i2 % 5)
+
+
+def test_import_matches_a_dataflow_that_saw_everything(spark, conf):
+    """differential-dataflow's tests/import.rs: six epochs of (src, dst, +/-1) arranged in one
+    dataflow; a second imports the live arrangement mid-way and counts per key; from the
+    import on, its collection equals a dataflow computed from scratch."""
+    epochs = [[((1, 2), 0, 1), ((2, 3), 0, 1)], [((1, 3), 1, 1), ((2, 3), 1, -1)],
+              [((3, 1), 2, 1), ((1, 2), 2, -1)], [((1, 4), 3, 1), ((2, 1), 3, 1)],
+              [((1, 3), 4, -1), ((4, 4), 4, 1)], [((2, 2), 5, 1), ((1, 4), 5, -1)]]
+    source = Dataflow()
+    edges = source.input("edges", E)
+    source.output("by_src", edges.arrange_by_key("src"))
+    owner = Runner(source, conf=conf, spark=spark)
+    scratch = Dataflow()
+    scratch.output("counts", scratch.input("edges", E).count(by=["src"]))
+    reference = Runner(scratch, conf=conf, spark=spark)
+    for t in range(3):
+        for r in (owner, reference):
+            r.step({"edges": updates_df(spark, E, epochs[t])}, upto=t + 1)
+    attached = Dataflow()
+    arr = attached.import_trace("by_src", owner.arrangement("by_src"))
+    attached.output("counts", arr.count(by=["src"]))
+    importer = Runner(attached, conf=conf, spark=spark)
+    for t in range(3, 6):
+        for r in (owner, reference):
+            r.step({"edges": updates_df(spark, E, epochs[t])}, upto=t + 1)
+        importer.step({}, upto=t + 1)
+        for at in range(2, t + 1):
+            assert sorted(map(tuple, importer.snapshot("counts", at).collect())) == \
+                sorted(map(tuple, reference.snapshot("counts", at).collect()))
+    with pytest.raises(PlanError, match="beyond the source"):
+        importer.step({}, upto=9)
+
+
+def _churn(spark, conf, steps):
+    flow = Dataflow()
+    flow.output("by_k", flow.input("xs", "k BIGINT, v BIGINT").arrange_by_key("k"))
+    runner = Runner(flow, conf=conf, spark=spark)
+    records = [(k, k * 10) for k in range(20)]
+    sizes = []
+    for s in range(steps):
+        sign = 1 if s % 2 == 0 else -1
+        runner.step({"xs": updates_df(spark, "k BIGINT, v BIGINT",
+                                      [(r, s, sign) for r in records])}, upto=s + 1)
+        sizes.append(next(iter(runner.stats().values()))["records"])
+    return sizes
+
+
+def test_compaction_keeps_the_trace_bounded(spark, conf):
+    sizes = _churn(spark, conf, 24)
+    assert max(sizes[12:]) <= max(sizes[:12]), sizes
+    assert sizes[-1] <= 20 * 6, sizes  # a handful of batches, not one per step
+
+
+@pytest.mark.slow
+def test_compaction_over_100_steps(spark, conf):
+    sizes = _churn(spark, conf, 100)
+    assert max(sizes[50:]) <= max(sizes[:50]), sizes
+
+
+def test_join_name_clash_is_an_error(spark, conf):
+    flow = Dataflow()
+    a = flow.input("a", "k BIGINT, x BIGINT")
+    b = flow.input("b", "k BIGINT, x BIGINT")
+    flow.output("j", a.join(b, on=["k"]))
+    with pytest.raises(PlanError, match="rename one side"):
+        Runner(flow, conf=conf, spark=spark)

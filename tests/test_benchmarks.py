@@ -1,0 +1,48 @@
+"""Smoke tests for benchmarks/: each benchmark runs end to end at a tiny size on the shared
+test session and writes its JSON. No timing is asserted here (speed targets live in the
+benchmarks themselves); the benchmark's own checks (all variants give the same updates)
+must pass."""
+from __future__ import annotations
+
+import json
+
+
+def test_linear_benchmark_smoke(spark, tmp_path):
+    from benchmarks import linear
+
+    out = tmp_path / "linear.json"
+    payload = linear.main(["--rows", "20000", "--warmup-rows", "2000",
+                           "--conf", "diffspark.partitions=2", "--out", str(out)], spark=spark)
+
+    saved = json.loads(out.read_text())
+    assert saved["rows"] == 20000 and saved["partitions"] == 2
+    assert set(saved["measurements"]) == set(linear.ROWS)
+    for m in saved["measurements"].values():
+        assert m["repeat"] == 1 and m["best_s"] > 0
+    assert saved["inputs"] == {"chain": 20000, "consolidation": 20000}
+    # every variant agreed on the warm-up slice and at full size
+    assert all(c["equal"] for c in saved["checks"].values())
+    checks = {"warmup_chain", "warmup_consolidation", "chain", "consolidation"}
+    assert checks <= set(saved["checks"])
+    chain = saved["checks"]["chain"]["results"]
+    assert chain["expr_fused"]["rows"] > 20000  # flat_map and temporal_filter expand
+    # fusion is physical: one mapInArrow fused, five unfused, none on the expression path
+    plans = saved["physical_plans"]
+    assert plans["kernel_fused"]["MapInArrow"] == 1
+    assert plans["kernel_unfused"]["MapInArrow"] == 5
+    assert plans["expr_fused"]["MapInArrow"] == 0
+    assert saved["faster_consolidation"] in ("sql", "kernel")
+    assert set(payload["ratios"]) == set(saved["ratios"])
+    assert all(v is not None and v > 0 for v in saved["ratios"].values())
+    assert spark.sparkContext._jsc is not None  # the shared session was left running
+
+
+def test_markdown_table_aligns_numbers():
+    from benchmarks.common import markdown_table
+
+    text = markdown_table(["row", "s", "vs"], [["a", 1.5, "2.00x"], ["bb", 12.25, ""]])
+    lines = text.splitlines()
+    assert lines[0] == "| row |     s |    vs |"
+    assert lines[1] == "|-----|------:|------:|"
+    assert lines[2] == "| a   |  1.50 | 2.00x |"
+    assert lines[3] == "| bb  | 12.25 |       |"

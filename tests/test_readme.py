@@ -1,0 +1,27 @@
+"""The README's Python examples run as written (on the test session)."""
+from __future__ import annotations
+
+import re
+
+from conftest import ROOT
+
+
+def python_blocks():
+    text = (ROOT / "README.md").read_text()
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+def test_readme_examples_run(spark, capsys):
+    blocks = python_blocks()
+    assert len(blocks) >= 2
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), namespace)
+    runner = namespace["runner"]
+    assert runner.closed and runner.frontier > 10
+    rows = sorted(tuple(r) for r in runner.output("active").collect())
+    # user 1 valid on [2, 8) but retracted at 6; user 2 valid on [5, 6) from time 3
+    assert rows == [(1, 2, 8, 6, 2, 1), (1, 2, 8, 6, 6, -1), (2, 5, 6, 1, 5, 1),
+                    (2, 5, 6, 1, 6, -1)]
+    assert sorted(tuple(r) for r in runner.snapshot("active", at=5).collect()) == \
+        [(1, 2, 8, 6, 1), (2, 5, 6, 1, 1)]

@@ -182,7 +182,7 @@ def duplicates_input(spark, rows: int, partitions: int):
     h = "xxhash64(k, {})"
     return (spark.range(0, rows, 1, partitions)
             .selectExpr(f"pmod(xxhash64(id, 11), {distinct}) AS k",
-                        f"IF(pmod(xxhash64(id, 16), 2) = 0, -1L, 1L) AS diff")
+                        "IF(pmod(xxhash64(id, 16), 2) = 0, -1L, 1L) AS diff")
             .selectExpr(f"pmod({h.format(12)}, {USERS}) AS user",
                         f"pmod({h.format(13)}, 100) AS lo",
                         f"pmod({h.format(14)}, 60) - 10 AS hi",

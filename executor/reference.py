@@ -19,15 +19,15 @@ class SparkEvaluator:
     def select(self, ddl: str, rows: list[tuple], exprs: list[str]):
         df = self.spark.createDataFrame(rows, ddl).selectExpr(*exprs)
         ddl_out = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in df.schema.fields)
-        return ddl_out, [tuple(_plain(v) for v in r) for r in df.collect()]
+        return ddl_out, [tuple(plain(v) for v in r) for r in df.collect()]
 
 
-def _plain(v):
+def plain(v):
     """Rows and lists from Spark as tuples and lists of plain Python values."""
     if hasattr(v, "asDict"):
-        return tuple(_plain(x) for x in v)
+        return tuple(plain(x) for x in v)
     if isinstance(v, list):
-        return [_plain(x) for x in v]
+        return [plain(x) for x in v]
     return v
 
 

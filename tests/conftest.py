@@ -51,11 +51,12 @@ def updates_df(spark, ddl: str, updates):
 
 def rows_of(df):
     """Sorted (record tuple, time, diff) triples of an update DataFrame."""
+    from executor.reference import plain
     from plans.semantics import consolidate
     out = []
     for r in df.collect():
         vals = tuple(r)
-        out.append((tuple(_plain(v) for v in vals[:-2]), vals[-2], vals[-1]))
+        out.append((tuple(plain(v) for v in vals[:-2]), vals[-2], vals[-1]))
     return consolidate(out)
 
 
@@ -88,17 +89,10 @@ def _from_json(v):
     return v
 
 
-def _plain(v):
-    if hasattr(v, "asDict"):
-        return tuple(_plain(x) for x in v)
-    if isinstance(v, list):
-        return [_plain(x) for x in v]
-    return v
-
-
 def assert_consolidated(df):
     """No two rows with the same (record, time) and no zero diff."""
-    rows = [tuple(_plain(v) for v in r) for r in df.collect()]
+    from executor.reference import plain
+    rows = [tuple(plain(v) for v in r) for r in df.collect()]
     keys = [r[:-1] for r in rows]
     assert len(keys) == len(set(map(repr, keys))), "duplicate (record, time) rows"
     assert all(r[-1] != 0 for r in rows), "zero diff in output"

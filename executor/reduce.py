@@ -26,7 +26,7 @@ from .trace import View
 GT, NEXT, M = "__gt", "__next", "__m"
 
 
-def output(node: ir.Reduce, acc: DataFrame, keys: list[str], records: list[str]) -> DataFrame:
+def output(node: ir.Reduce, acc: DataFrame, records: list[str]) -> DataFrame:
     """Per (key, grid time): the reduction's output records with multiplicity M, from the
     accumulated multiset `acc` (keys, GT, records, M != 0)."""
     red = node.reduction
@@ -65,6 +65,8 @@ def delta(node: ir.Reduce, view: View, pending, frontier: int, upto, time_cols, 
     if len(time_cols) != 1:
         raise PlanError(f"{node.label()}: reductions over nested times are not supported yet")
     keys = list(view.keys)
+    if node.by != tuple(keys) and node.reduction.kind not in ("distinct", "threshold"):
+        raise PlanError(f"{node.label()}: input arranged by {keys}, expected {list(node.by)}")
     records = record_columns(empty, time_cols)
     incoming = view.delta_frame(empty)
     if pending is not None:
@@ -78,21 +80,18 @@ def delta(node: ir.Reduce, view: View, pending, frontier: int, upto, time_cols, 
     grid = ready.select(*kq, F.col(TIME).alias(GT)).distinct()
     grid = grid.union(grid.select(*kq).distinct().withColumn(GT, F.lit(frontier - 1)))
     grid = grid.withColumn(NEXT, F.lead(GT).over(Window.partitionBy(*kq).orderBy(GT)))
-    same = equality(empty, keys)
+    same = equality(empty)
     touched = grid.select(*kq).distinct().alias("t")
     history = fold(DataFrame.union, [
-        b.alias("b").join(touched, fold(lambda x, y: x & y, [same(f"b.{k}", f"t.{k}")
-                                                              for k in kq], F.lit(True)),
-                          "left_semi") for b in view.all()]) if view.all() else empty
+        b.alias("b").join(touched, _all([same(f"b.{k}", f"t.{k}") for k in kq]), "left_semi")
+        for b in view.all()]) if view.all() else empty
     h, g = history.alias("h"), grid.alias("g")
     cond = [same(f"h.{k}", f"g.{k}") for k in kq]
     cond.append(F.col(f"h.{TIME}") <= F.col(f"g.{GT}"))
-    acc = (h.join(g, fold(lambda a, b: a & b, cond), "inner")
+    acc = (h.join(g, _all(cond), "inner")
            .groupBy(*[F.col(f"h.{q(c)}").alias(c) for c in records], F.col(f"g.{GT}").alias(GT))
            .agg(F.sum(F.col(f"h.{DIFF}")).alias(M)).where(F.col(M) != 0))
-    if node.by != tuple(keys) and node.reduction.kind not in ("distinct", "threshold"):
-        raise PlanError(f"{node.label()}: input arranged by {keys}, expected {list(node.by)}")
-    out = output(node, acc, keys, records)
+    out = output(node, acc, records)
     out_records = [c for c in out.columns if c not in (GT, M)]
     return _emit(out, grid, keys, out_records, frontier, same), pending
 
@@ -104,7 +103,7 @@ def _emit(out: DataFrame, grid: DataFrame, keys: list[str], out_records, frontie
     o, g = out.alias("o"), grid.alias("g")
     cond = [same(f"o.{q(k)}", f"g.{q(k)}") for k in keys]
     cond.append(F.col(f"o.{GT}") == F.col(f"g.{GT}"))
-    joined = o.join(g, fold(lambda a, b: a & b, cond), "inner")
+    joined = o.join(g, _all(cond), "inner")
     gt, nxt, m = F.col(f"g.{GT}"), F.col(f"g.{NEXT}"), F.col(f"o.{M}")
     signed = F.array_compact(F.array(
         F.when(gt >= frontier, F.struct(gt.alias(TIME), m.alias(DIFF))),
@@ -113,7 +112,12 @@ def _emit(out: DataFrame, grid: DataFrame, keys: list[str], out_records, frontie
     return joined.select(*recs, F.inline(signed))
 
 
-def equality(df: DataFrame, keys: list[str]):
+def _all(conditions):
+    """The conjunction of join conditions (true when there are none: a global reduction)."""
+    return fold(lambda a, b: a & b, conditions, F.lit(True))
+
+
+def equality(df: DataFrame):
     """Key equality for joins inside a reduction: plain `=` (which keeps the arrangement's
     hash partitioning usable) where the key cannot be null, null-safe `<=>` otherwise."""
     nullable = {f.name for f in df.schema.fields if f.nullable}

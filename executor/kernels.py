@@ -69,3 +69,60 @@ def _arrow_schema(schema: StructType):
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return pa.schema(to_arrow_schema(schema))
+
+
+def reduce_groups(acc: DataFrame, by: list[str], red: ir.Reduction, group_cols: list[str],
+                  mult: str, backend: str) -> DataFrame:
+    """A user reduction kernel over `acc` (by columns, value columns, `group_cols` beyond by,
+    multiplicity `mult`): rows of one (by, group_cols) group are brought together and
+    numbered, and each partition's groups go to `red.fn` in one call. Output: by columns,
+    group_cols, the schema's columns, `mult`."""
+    from pyspark.sql.types import StructType as ST
+
+    keys = by + group_cols
+    values = [c for c in acc.columns if c not in keys and c != mult]
+    fields = {f.name: f for f in acc.schema.fields}
+    schema = ST([fields[k] for k in keys] + list(ST.fromDDL(red.schema).fields)
+                + [StructField(mult, LongType(), False)])
+    arrow_schema = _arrow_schema(schema)
+    value_schema = _arrow_schema(ST(list(ST.fromDDL(red.schema).fields)))
+
+    def per_partition(batches):
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from gpu_kernels.arrow import arrays_to_batch, batch_to_arrays
+        from gpu_kernels.backend import namespace, to_numpy
+        from plans.semantics import call_reduce_kernel
+
+        batches = [b for b in batches if b.num_rows]  # a group may straddle Arrow batches
+        if not batches:
+            return
+        table = pa.Table.from_batches(batches)
+        xp = namespace(backend)
+        new = np.zeros(table.num_rows, dtype=bool)
+        new[0] = True
+        for k in keys:  # a group starts where any key differs from the row before (null-aware)
+            col = table.column(k)
+            a, b = col.slice(1), col.slice(0, table.num_rows - 1)
+            differ = pc.or_(pc.fill_null(pc.not_equal(a, b), False),
+                            pc.xor(pc.is_null(a), pc.is_null(b)))
+            new[1:] |= differ.to_numpy(zero_copy_only=False)
+        starts = np.flatnonzero(new)
+        group = np.cumsum(new) - 1
+        batch = table.select(values).combine_chunks().to_batches()[0] if values else None
+        cols = batch_to_arrays(batch, xp) if batch is not None else {}
+        out_group, out, count = call_reduce_kernel(
+            red, xp, xp.asarray(group), cols, xp.asarray(table.column(mult).to_numpy()),
+            int(starts.shape[0]))
+        keep = to_numpy(xp, count) != 0
+        rows = starts[to_numpy(xp, out_group)][keep]
+        out_batch = arrays_to_batch({c: out[c] for c in value_schema.names}, value_schema, xp)
+        arrays = [table.column(k).take(pa.array(rows)) for k in keys]
+        arrays += [c.filter(pa.array(keep)) for c in out_batch.columns]
+        arrays.append(pa.array(to_numpy(xp, count)[keep], type=pa.int64()))
+        yield from pa.Table.from_arrays(arrays, schema=arrow_schema).to_batches()
+
+    return (acc.repartition(*keys).sortWithinPartitions(*keys)
+            .mapInArrow(per_partition, schema))

@@ -1,4 +1,5 @@
-"""The reduce family (count, sum, min, max, distinct, threshold, top_k) over arrangements.
+"""The reduce family (count, sum, min, max, distinct, threshold, top_k, user kernels) over
+arrangements.
 
 For the keys a step touches, a reduction is re-evaluated at every time at which its input
 changes, and the differences between consecutive results are emitted. In Spark SQL: the grid
@@ -19,6 +20,7 @@ from pyspark.sql import functions as F
 from plans import ir
 from plans.ir import PlanError
 
+from . import kernels
 from .linear import q, record_columns
 from .time import DIFF, TIME
 from .trace import View
@@ -26,11 +28,13 @@ from .trace import View
 GT, NEXT, M = "__gt", "__next", "__m"
 
 
-def output(node: ir.Reduce, acc: DataFrame, records: list[str]) -> DataFrame:
+def output(node: ir.Reduce, acc: DataFrame, records: list[str], backend: str) -> DataFrame:
     """Per (key, grid time): the reduction's output records with multiplicity M, from the
     accumulated multiset `acc` (keys, GT, records, M != 0)."""
     red = node.reduction
     by = [*map(q, node.by), GT]
+    if red.kind == "kernel":
+        return kernels.reduce_groups(acc, list(node.by), red, [GT], M, backend)
     if red.kind == "count":
         return (acc.groupBy(*by).agg(F.sum(M).alias("count")).where(F.col("count") != 0)
                 .withColumn(M, F.lit(1).cast("bigint")))
@@ -60,7 +64,8 @@ def output(node: ir.Reduce, acc: DataFrame, records: list[str]) -> DataFrame:
     raise PlanError(f"{node.label()}: unknown reduction {red.kind}")
 
 
-def delta(node: ir.Reduce, view: View, pending, frontier: int, upto, time_cols, empty):
+def delta(node: ir.Reduce, view: View, pending, frontier: int, upto, time_cols, empty,
+          backend: str):
     """(output changes of this step, new pending updates)."""
     if len(time_cols) != 1:
         raise PlanError(f"{node.label()}: reductions over nested times are not supported yet")
@@ -91,7 +96,7 @@ def delta(node: ir.Reduce, view: View, pending, frontier: int, upto, time_cols, 
     acc = (h.join(g, _all(cond), "inner")
            .groupBy(*[F.col(f"h.{q(c)}").alias(c) for c in records], F.col(f"g.{GT}").alias(GT))
            .agg(F.sum(F.col(f"h.{DIFF}")).alias(M)).where(F.col(M) != 0))
-    out = output(node, acc, records)
+    out = output(node, acc, records, backend)
     out_records = [c for c in out.columns if c not in (GT, M)]
     return _emit(out, grid, keys, out_records, frontier, same), pending
 

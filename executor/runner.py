@@ -112,7 +112,7 @@ class Runner:
         if isinstance(node, ir.Reduce):
             out, pending = reduce_ops.delta(node, step.views[node.input], self._state.get(node),
                                             self.frontier, step.upto, TIME_COLS,
-                                            kids[0].limit(0))
+                                            kids[0].limit(0), self.backend)
             if not step.resolving:
                 step.pending[node] = pending  # materialised with the step's outputs
             return out

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from . import ir
+from . import query as cq
 from .ir import PlanError
 from .schema import column_names
 
@@ -44,8 +45,42 @@ class Dataflow:
             raise PlanError(f"import_trace '{name}': expects a handle from Runner.arrangement()")
         return Arrangement(self, ir.Imported(name, handle))
 
+    def query(self, text: str, order=None, **relations: "Collection") -> "Collection":
+        """A conjunctive query `head(x, ...) :- rel(x, ...), ..., x < y` over this flow's
+        inputs by name; keyword Collections stand for relations of their name (and win over
+        an input so named). Columns: the head variables. Run as a worst-case optimal join
+        binding variables in `order` (planned when None; see plans/query.py)."""
+        q = cq.parse(text)
+        where = f"query '{q.head_name}'"
+        for name, c in relations.items():
+            if not isinstance(c, Collection) or c.flow is not self:
+                raise PlanError(f"{where}: {name}= must be a Collection of this Dataflow")
+            if name not in q.relations():
+                raise PlanError(f"{where}: {name}= is given but no atom reads it")
+        nodes = {**self.inputs, **{r: c.node for r, c in relations.items()}}
+        cq.validate(q, {r: _known_columns(n) for r, n in nodes.items()})
+        order = cq.plan_order(q) if order is None else order
+        cq.delta_rules(q, order)  # refuses an order some delta rule cannot follow
+        return Collection(self, ir.Query(tuple(nodes[r] for r in q.relations()),
+                                         q.relations(), q, tuple(order)))
+
     def explain(self) -> str:
         return ir.explain(self.outputs)
+
+
+def _known_columns(node: ir.Node) -> Optional[list[str]]:
+    """Column names when the plan alone tells them; None where SQL expressions decide them
+    (only the executor knows): a query's arity is then checked at run time."""
+    if isinstance(node, ir.Input):
+        return column_names(node.schema, f"input '{node.name}'")
+    if isinstance(node, ir.Query):
+        return list(node.query.head)
+    if isinstance(node, (ir.Arrange, ir.Consolidate, ir.Concat)):
+        return _known_columns(node.children()[0])
+    same = (ir.Filter, ir.Negate, ir.TemporalFilter)
+    if isinstance(node, ir.Linear) and all(isinstance(s, same) for s in node.stages):
+        return _known_columns(node.input)
+    return None
 
 
 def _names_arg(names, what: str) -> tuple[str, ...]:
@@ -194,6 +229,23 @@ class Collection:
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise PlanError(f"top_k: k must be a positive integer, got {k!r}")
         return self._reduce(by, ir.Reduction("top_k", expr=order_by, k=k), "top_k")
+
+
+    def reduce(self, by, *, kernel: Callable, schema: str) -> "Collection":
+        """A user reduction as a vectorised kernel: `kernel(xp, group, cols, count)` sees
+        many (key, time) groups at once and returns `(group, cols)` or `(group, cols,
+        count)` for its output rows; the output is the by columns + `schema`'s columns."""
+        if not callable(kernel):
+            raise PlanError(f"reduce: kernel= must be callable, got {kernel!r}")
+        by = _names_arg(by, "reduce")
+        if not by:
+            raise PlanError("reduce: by= needs at least one column (rule: a reduction is per key)")
+        names = column_names(schema, "reduce schema")
+        clash = sorted(set(names) & set(by))
+        if clash:
+            raise PlanError(f"reduce: schema column {clash} repeats a by column "
+                            f"(rule: output = by columns + schema columns, unique names)")
+        return self._reduce(by, ir.Reduction("kernel", fn=kernel, schema=schema), "reduce")
 
 
 class Arrangement(Collection):

@@ -8,7 +8,10 @@ instance of `join_function`, and a chain of stages is their composition (`follow
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
+
+if TYPE_CHECKING:  # plans.query imports PlanError from here
+    from . import query as cq
 
 RESERVED = ("time", "diff")
 
@@ -264,13 +267,17 @@ class Join(Node):
 class Reduction:
     """What a Reduce computes per key from the key's accumulated multiset."""
 
-    kind: str                 # count | sum | min | max | distinct | threshold | top_k
+    kind: str                 # count | sum | min | max | distinct | threshold | top_k | kernel
     column: Optional[str] = None
     expr: Optional[str] = None
     k: Optional[int] = None
+    fn: Optional[Callable] = None  # kernel: fn(xp, group, cols, count) (README "Reductions")
+    schema: Optional[str] = None   # kernel: DDL of the columns fn returns
 
     def label(self):
-        args = [a for a in (self.column, self.expr, self.k) if a is not None]
+        args = [a for a in (self.column, self.expr, self.k, self.schema) if a is not None]
+        if self.fn is not None:
+            args.insert(0, getattr(self.fn, "__name__", "kernel"))
         return f"{self.kind}({', '.join(map(str, args))})"
 
 
@@ -302,3 +309,24 @@ class Imported(Node):
 
     def label(self):
         return f"Imported {self.name} [{', '.join(self.handle.keys)}]"
+
+
+@dataclass(frozen=True)
+class Query(Node):
+    """A conjunctive query (plans/query.py) run as a worst-case optimal join: one delta rule
+    per atom, variables bound in `order`. `inputs` holds one node per distinct relation,
+    named by `relations`; atoms refer to relations by name."""
+
+    inputs: tuple[Node, ...]
+    relations: tuple[str, ...]
+    query: "cq.Query"
+    order: tuple[str, ...]
+
+    def children(self):
+        return self.inputs
+
+    def with_children(self, kids):
+        return replace(self, inputs=tuple(kids))
+
+    def label(self):
+        return f"Query[{self.query}; order {', '.join(self.order)}]"

@@ -9,10 +9,12 @@ interpreter owns times, diffs and accumulation, the evaluator only computes expr
 """
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from typing import Callable, Iterable, Protocol
 
 from . import ir
+from . import query as cq
 
 Update = tuple[tuple, int, int]
 INT64_MAX = 2**63 - 1
@@ -115,19 +117,34 @@ class Interpreter:
 
         return ddl, _per_time([lups, rups], static)
 
+    def _Query(self, n: ir.Query):
+        """At every time: the conjunctive query over the accumulated relations by brute
+        force, with bag semantics (see _cq_static). Columns: the head variables, typed like
+        the column each first appears in. Arities are checked here, where every input's
+        columns are known."""
+        parts = dict(zip(n.relations, (self.eval(c) for c in n.inputs)))
+        q = n.query
+        cq.validate(q, {r: _names(ddl) for r, (ddl, _) in parts.items()})
+        ddl = ", ".join(f"{v} {_column_type(_columns(parts[r][0])[k])}"
+                        for v in q.head for r, k in [q.binding(v)])
+        return ddl, _per_time([ups for _, ups in parts.values()],
+                              lambda *accs: _cq_static(q, dict(zip(parts, accs))))
+
     def _Reduce(self, n: ir.Reduce):
         """At every time: group the accumulated input by `by`, apply the reduction."""
         ddl, ups = self.eval(n.input)
         names = _names(ddl)
         red = n.reduction
         by = [names.index(b) for b in n.by]
-        out_ddl = ddl
+        out_ddl, values = ddl, {}
         if red.kind == "count":
             out_ddl = ", ".join([_columns(ddl)[i] for i in by] + ["count BIGINT"])
+        elif red.kind == "kernel":
+            out_ddl = ", ".join([_columns(ddl)[i] for i in by] + _columns(red.schema))
+            values = {nm: i for i, nm in enumerate(names) if i not in by}  # kernel's columns
         elif red.kind in ("sum", "min", "max"):
             agg_ddl, _ = self.sql.select(ddl, [], [f"{red.kind}(`{red.column}`) AS `{red.column}`"])
             out_ddl = ", ".join([_columns(ddl)[i] for i in by] + [agg_ddl])
-        values = {}
         if red.kind == "threshold":
             counts = sorted({m for m in _all_multiplicities(ups)})
             _, rows = self.sql.select("count BIGINT", [(c,) for c in counts],
@@ -242,6 +259,16 @@ def _reduce_group(red: ir.Reduction, key: tuple, members, col, values):
         return [(key + (pick,), 1)]
     if red.kind == "distinct":
         return [(r, 1) for r, _ in positive]
+    if red.kind == "kernel":
+        import array_api_compat.numpy as xp
+
+        value_names = _names(red.schema)  # the output's; `values` holds the input's indices
+        cols = {nm: xp.asarray([r[i] for r, _ in members]) for nm, i in values.items()}
+        group = xp.zeros(len(members), dtype=xp.int64)
+        count = xp.asarray([m for _, m in members], dtype=xp.int64)
+        _, out, mult = call_reduce_kernel(red, xp, group, cols, count, 1)
+        return [(key + tuple(_plain(out[c][j]) for c in value_names), int(mult[j]))
+                for j in range(mult.shape[0]) if int(mult[j]) != 0]
     if red.kind == "threshold":
         return [(r, values[m]) for r, m in members if values[m]]
     if red.kind == "top_k":
@@ -255,6 +282,33 @@ def _reduce_group(red: ir.Reduction, key: tuple, members, col, values):
             left -= m
         return out
     raise ValueError(f"unknown reduction {red.kind}")
+
+
+def call_reduce_kernel(red: ir.Reduction, xp, group, cols, count, n_groups: int):
+    """Run a user reduction kernel and check what it returns: (group, {column: array},
+    count) with one entry per output row, groups in range, every schema column present.
+    The reference interpreter (one group per call) and the executor (many) share it."""
+    res = red.fn(xp, group, cols, count)
+    where = f"reduce kernel {getattr(red.fn, '__name__', red.fn)!r}"
+    if not isinstance(res, tuple) or len(res) not in (2, 3) or not isinstance(res[1], dict):
+        raise ValueError(f"{where}: must return (group, cols) or (group, cols, count), "
+                         f"got {type(res).__name__}")
+    out_group, out = xp.astype(xp.asarray(res[0]), xp.int64), res[1]
+    n = out_group.shape[0]
+    missing = [c for c in _names(red.schema) if c not in out]
+    if missing:
+        raise ValueError(f"{where}: no column {missing} in its result (schema {red.schema})")
+    mult = xp.ones(n, dtype=xp.int64) if len(res) == 2 else xp.astype(xp.asarray(res[2]),
+                                                                        xp.int64)
+    if any(out[c].shape[0] != n for c in _names(red.schema)) or mult.shape[0] != n:
+        raise ValueError(f"{where}: group, columns and count must have one length")
+    if n and (int(xp.min(out_group)) < 0 or int(xp.max(out_group)) >= n_groups):
+        raise ValueError(f"{where}: group ids must be in [0, {n_groups})")
+    return out_group, out, mult
+
+
+def _plain(v):
+    return v.item() if hasattr(v, "item") else v
 
 
 def _null_first(v):
@@ -307,6 +361,49 @@ def apply_kernel(fn: Callable, names: list[str], out_names: list[str],
         ed = 1 if diffs is None else int(diffs[j])
         out.append((tuple(c[j] for c in out_cols), t if et is None else max(t, et), d * ed))
     return out
+
+
+def _cq_static(q: "cq.Query", relations: dict[str, Counter]) -> Counter:
+    """Head record -> sum over satisfying assignments of the product of the atoms'
+    multiplicities: a hash join atom by atom, then the comparisons. Like SQL, null matches
+    nothing: a variable bound to null survives only where it occurs once."""
+    rows: list[tuple[dict, int]] = [({}, 1)]
+    bound: set[str] = set()
+    for atom in q.atoms:
+        key = [(k, t.name) for k, t in enumerate(atom.terms)
+               if isinstance(t, cq.Var) and t.name in bound]
+        index = defaultdict(list)
+        for rec, m in relations[atom.relation].items():
+            b = _match_atom(atom, rec)
+            if b is not None and all(rec[k] is not None for k, _ in key):
+                index[tuple(rec[k] for k, _ in key)].append((b, m))
+        rows = [(b0 | b, m0 * m) for b0, m0 in rows
+                for b, m in index.get(tuple(b0[v] for _, v in key), [])]
+        bound |= set(atom.vars())
+    out = Counter()
+    for b, m in rows:
+        if all(c.holds(b) for c in q.comparisons):
+            out[tuple(b[v] for v in q.head)] += m
+    return out
+
+
+def _match_atom(atom: "cq.Atom", rec: tuple):
+    """The atom's variables bound by `rec`, or None where a constant or a repeated
+    variable does not match (null matches nothing)."""
+    b: dict = {}
+    for t, x in zip(atom.terms, rec):
+        if isinstance(t, cq.Const) or t.name in b:
+            want = t.value if isinstance(t, cq.Const) else b[t.name]
+            if x is None or want is None or x != want:
+                return None
+        else:
+            b[t.name] = x
+    return b
+
+
+def _column_type(column: str) -> str:
+    """The type part of one DDL column ("`a b` BIGINT", "x: INT")."""
+    return re.match(r"\s*(`[^`]*`|[^\s:]+)\s*:?\s*(.*)$", column, re.S).group(2)
 
 
 def _names(ddl: str) -> list[str]:

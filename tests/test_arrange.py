@@ -14,6 +14,18 @@ E, N = "src BIGINT, dst BIGINT", "node BIGINT, w BIGINT"
 HORIZON = 8
 
 
+def spread(xp, group, cols, count):
+    """Per group: the multiplicity-weighted sum of dst and the number of distinct records,
+    with multiplicity 2 where the sum is negative: a user reduction over many groups."""
+    from gpu_kernels import group_starts, sum_segments
+
+    starts = group_starts(xp, [group])
+    total = sum_segments(xp, cols["dst"] * count, starts)
+    values = sum_segments(xp, xp.ones_like(count), starts)
+    mult = xp.where(total < 0, xp.asarray(2, dtype=xp.int64), xp.asarray(1, dtype=xp.int64))
+    return xp.take(group, starts), {"total": total, "values": values}, mult
+
+
 def stateful_flow() -> Dataflow:
     flow = Dataflow()
     e = flow.input("e", E)
@@ -32,6 +44,7 @@ def stateful_flow() -> Dataflow:
     flow.output("distinct", e.map("dst").distinct())
     flow.output("threshold", e.threshold("CASE WHEN count >= 2 THEN 1 ELSE 0 END"))
     flow.output("top_k", e.top_k(2, order_by="-dst", by=["src"]))
+    flow.output("reduce", e.reduce(by=["src"], kernel=spread, schema="total BIGINT, values BIGINT"))
     return flow
 
 

@@ -60,7 +60,10 @@ class Runner:
         self.plan = fuse(flow.outputs) if optimize else dict(flow.outputs)
         update = [StructField(TIME, LongType(), False), StructField(DIFF, LongType(), False)]
         self.input_schemas = {n: StructType.fromDDL(i.schema) for n, i in flow.inputs.items()}
-        self._empty = {n: self.spark.createDataFrame([], StructType(s.fields + update))
+        # over an RDD of no partitions: reading it runs no task (a local empty list would
+        # start Python workers in every step that leaves the input alone)
+        self._empty = {n: self.spark.createDataFrame(self.spark.sparkContext.emptyRDD(),
+                                                     StructType(s.fields + update))
                        for n, s in self.input_schemas.items()}
         self.partitions = partitions(self.conf)
         self._state: dict[ir.Node, object] = {}  # Arrange -> Trace, Reduce -> pending
@@ -81,12 +84,26 @@ class Runner:
         if node in step.memo:
             return step.memo[node]
         kids = [self._build(c, step) for c in node.children()]
+        if self._statically_empty(node, step):
+            step.empty.add(node)
         try:
             df = self._operator(node, kids, step)
         except AnalysisException as e:
             raise PlanError(f"{node.label()}: {_first_line(e)}") from None
         step.memo[node] = df
         return df
+
+    def _statically_empty(self, node: ir.Node, step: "_Step") -> bool:
+        """Whether a node's changes this step are known to be empty without running
+        anything (an input left alone, and what only depends on such): its Spark jobs are
+        skipped."""
+        if isinstance(node, ir.Input):
+            return node.name not in step.given
+        if isinstance(node, (ir.Linear, ir.Concat, ir.Consolidate, ir.Arrange, ir.Join)):
+            return all(c in step.empty for c in node.children())
+        if isinstance(node, ir.Reduce):
+            return node.input in step.empty and self._state.get(node) is None
+        return False
 
     def _operator(self, node: ir.Node, kids: list[DataFrame], step: "_Step") -> DataFrame:
         if isinstance(node, ir.Input):
@@ -113,8 +130,8 @@ class Runner:
             out, pending = reduce_ops.delta(node, step.views[node.input], self._state.get(node),
                                             self.frontier, step.upto, TIME_COLS,
                                             kids[0].limit(0), self.backend)
-            if not step.resolving:
-                step.pending[node] = pending  # materialised with the step's outputs
+            if not step.resolving:  # materialised with the step's outputs
+                step.pending[node] = None if node in step.empty else pending
             return out
         raise PlanError(f"{node.label()}: no executor for this operator")
 
@@ -128,6 +145,10 @@ class Runner:
         trace = self._state.get(node) or Trace(keys, TIME_COLS, self.partitions)
         if step.resolving:
             step.views[node] = View(keys, [], [])
+            return delta
+        if node in step.empty:
+            step.views[node] = View(keys, trace.batches, [])
+            step.commits[node] = trace.appended(None, 0, step.upper, step.upper - 1)
             return delta
         batch, size = arrange(delta, keys, TIME_COLS, self.partitions)
         step.views[node] = View(keys, trace.batches, [batch] if size else [])
@@ -179,7 +200,7 @@ class Runner:
         for name, src in updates.items():
             df = read_source(self.spark, name, src, self.input_schemas[name])
             sources[name] = normalise(name, df, self.input_schemas[name], self.frontier, upto)
-        step = _Step(sources, upto)
+        step = _Step(sources, upto, given=set(updates))
         try:
             changes, pending, logs = self._run(step)
         except (Py4JJavaError, PySparkException) as e:
@@ -197,26 +218,31 @@ class Runner:
 
     def _run(self, step: "_Step"):
         """Every output's changes for the step, and every reduction's pending updates,
-        computed together in one Spark job."""
+        materialised as concurrent Spark jobs (none for what is known to be empty)."""
         upto = step.upto
-        names, frames = [], []
+        built, idle = {}, set()
         for name, delta in self._build_all(step).items():
             if self._pending[name] is not None:
                 delta = self._pending[name].unionByName(delta)
-            names.append(name)
-            frames.append(consolidate(delta, TIME_COLS))
-        waiting = [(node, df) for node, df in step.pending.items() if df is not None]
-        done = materialise_all(frames + [df for _, df in waiting])
-        step.commits.update({node: None for node, df in step.pending.items() if df is None})
-        step.commits.update({node: df for (node, _), df in zip(waiting, done[len(frames):])})
+            elif self.plan[name] in step.empty:
+                built[name] = delta  # known to be empty: no job, nothing logged
+                idle.add(name)
+                continue
+            built[name] = consolidate(delta, TIME_COLS)
+        jobs = [(name, df) for name, df in built.items() if name not in idle]
+        jobs += [(node, df) for node, df in step.pending.items() if df is not None]
+        done = dict(zip([k for k, _ in jobs], materialise_all([df for _, df in jobs])))
+        step.commits.update({node: done.get(node) for node in step.pending})
         changes, pending, logs = {}, {}, {}
-        for name, combined in zip(names, done):
-            if upto is None:
+        for name, df in built.items():
+            combined = done.get(name, df)
+            if upto is None or name in idle:
                 changes[name], pending[name] = combined, None
             else:
                 changes[name] = combined.where(F.col(TIME) < upto)
                 pending[name] = combined.where(F.col(TIME) >= upto)
-            logs[name] = self._logs[name].appended(changes[name])
+            logs[name] = self._logs[name] if name in idle else \
+                self._logs[name].appended(changes[name])
         return changes, pending, logs
 
     # ------------------------------------------------------------------ reading outputs
@@ -276,6 +302,8 @@ class _Step:
     sources: dict
     upto: Optional[int]
     resolving: bool = False  # building on empty inputs to learn schemas: no jobs, no state
+    given: set = field(default_factory=set)  # inputs with updates this step
+    empty: set = field(default_factory=set)  # nodes whose changes are known to be empty
     memo: dict = field(default_factory=dict)
     views: dict = field(default_factory=dict)
     commits: dict = field(default_factory=dict)

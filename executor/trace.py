@@ -76,11 +76,16 @@ class Trace:
 
 
 def _bytes(df: DataFrame) -> int:
-    """Spark's size estimate of a materialised batch."""
+    """Bytes the block manager holds (memory + disk) for a materialised batch; 0 for a
+    batch that is not a checkpoint."""
     try:
-        return int(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes().longValue())
-    except Exception:  # noqa: BLE001 - statistics are advisory
+        rdd_id = df._jdf.queryExecution().analyzed().rdd().id()
+    except Exception:  # noqa: BLE001 - not a LogicalRDD: nothing stored of its own
         return 0
+    for info in df.sparkSession.sparkContext._jsc.sc().getRDDStorageInfo():
+        if info.id() == rdd_id:
+            return int(info.memSize() + info.diskSize())
+    return 0
 
 
 @dataclass

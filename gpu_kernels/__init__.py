@@ -11,10 +11,12 @@ from .diffs import DiffOverflow, add_diffs, multiply_diffs, sum_segments
 from .expand import compose, expand, gather, parents
 from .intersect import contains
 from .times import advance_by, join_times, less_equal, meet_times
+from .wcoj import count_triangles, extend, list_triangles, orient
 
 __all__ = [
     "BACKENDS", "CSR", "DiffOverflow", "add_diffs", "advance_by", "arrays_to_batch",
-    "batch_to_arrays", "build_csr", "compose", "consolidate", "contains", "expand", "gather",
-    "group_starts", "join_times", "less_equal", "meet_times", "multiply_diffs", "namespace",
-    "neighbours", "parents", "row_ranges", "sort_by", "sum_segments", "to_numpy",
+    "batch_to_arrays", "build_csr", "compose", "consolidate", "contains", "count_triangles",
+    "expand", "extend", "gather", "group_starts", "join_times", "less_equal", "list_triangles",
+    "meet_times", "multiply_diffs", "namespace", "neighbours", "orient", "parents",
+    "row_ranges", "sort_by", "sum_segments", "to_numpy",
 ]

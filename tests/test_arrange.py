@@ -145,7 +145,9 @@ def _churn(spark, conf, steps):
         sign = 1 if s % 2 == 0 else -1
         runner.step({"xs": updates_df(spark, "k BIGINT, v BIGINT",
                                       [(r, s, sign) for r in records])}, upto=s + 1)
-        sizes.append(next(iter(runner.stats().values()))["records"])
+        stats = next(iter(runner.stats().values()))
+        assert (stats["bytes"] > 0) == (stats["records"] > 0), stats  # what Spark holds
+        sizes.append(stats["records"])
     return sizes
 
 

@@ -23,7 +23,7 @@ from plans import Dataflow, ir
 from plans.fusion import fuse
 from plans.ir import PlanError
 
-from . import join, linear
+from . import join, linear, wcoj
 from . import reduce as reduce_ops
 from .config import kernel_backend, load_conf, partitions
 from .consolidate import consolidate
@@ -66,7 +66,8 @@ class Runner:
                                                      StructType(s.fields + update))
                        for n, s in self.input_schemas.items()}
         self.partitions = partitions(self.conf)
-        self._state: dict[ir.Node, object] = {}  # Arrange -> Trace, Reduce -> pending
+        # Arrange -> Trace; Reduce, (Query, relation) -> updates waiting for their time
+        self._state: dict[object, object] = {}
         self.frontier = 0
         resolved = self._build_all(_Step(self._empty, None, resolving=True))
         self.schemas = {name: df.schema for name, df in resolved.items()}
@@ -103,6 +104,9 @@ class Runner:
             return all(c in step.empty for c in node.children())
         if isinstance(node, ir.Reduce):
             return node.input in step.empty and self._state.get(node) is None
+        if isinstance(node, ir.Query):
+            return all(c in step.empty for c in node.inputs) and \
+                all(self._state.get((node, r)) is None for r in node.relations)
         return False
 
     def _operator(self, node: ir.Node, kids: list[DataFrame], step: "_Step") -> DataFrame:
@@ -132,6 +136,18 @@ class Runner:
                                             kids[0].limit(0), self.backend)
             if not step.resolving:  # materialised with the step's outputs
                 step.pending[node] = None if node in step.empty else pending
+            return out
+        if isinstance(node, ir.Query):
+            def index(i: int, columns: tuple) -> View:  # built once per step, shared
+                arranged = ir.Arrange(node.inputs[i], columns)
+                self._build(arranged, step)
+                return step.views[arranged]
+
+            waiting = {r: self._state.get((node, r)) for r in node.relations}
+            out, waiting = wcoj.delta(node, kids, index, waiting, step.upto)
+            if not step.resolving:  # materialised with the step's outputs
+                for r, df in waiting.items():
+                    step.pending[(node, r)] = None if node in step.empty else df
             return out
         raise PlanError(f"{node.label()}: no executor for this operator")
 
@@ -307,7 +323,7 @@ class _Step:
     memo: dict = field(default_factory=dict)
     views: dict = field(default_factory=dict)
     commits: dict = field(default_factory=dict)
-    pending: dict = field(default_factory=dict)  # Reduce -> updates at times >= upto
+    pending: dict = field(default_factory=dict)  # as Runner._state: updates at times >= upto
     holds: list = field(default_factory=list)
 
     @property

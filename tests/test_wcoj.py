@@ -1,0 +1,60 @@
+"""Worst-case optimal joins on Spark: delta queries for triangles, 4-cliques and other
+conjunctive queries against the reference interpreter, on random multi-step update streams
+with retractions and several changes at one time."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import run_against_reference
+from plans import Dataflow
+from plans.builder import Collection
+
+G = "src BIGINT, dst BIGINT"
+HORIZON = 6
+
+
+def triangle_flow() -> Dataflow:
+    flow = Dataflow()
+    flow.input("g", G)
+    flow.output("tri", flow.query("tri(x, y, z) :- g(x, y), g(y, z), g(x, z)"))
+    flow.output("tri_count", flow.query(
+        "tri(x, y, z) :- g(x, y), g(y, z), g(x, z), x < y, y < z").count())
+    return flow
+
+
+def query_flow() -> Dataflow:
+    """Cliques, constants, repeated variables, a validator and a derived relation."""
+    flow = triangle_flow()
+    g = flow.inputs["g"]
+    flow.output("k4", flow.query(
+        "k4(a, b, c, d) :- g(a, b), g(a, c), g(a, d), g(b, c), g(b, d), g(c, d)"))
+    flow.output("loops", flow.query("p(x, z) :- g(x, x), g(x, z), g(z, 2)"))
+    flow.output("sym", flow.query("s(x, y) :- g(x, y), g(y, x), h(x)",
+                                  h=Collection(flow, g).map("src AS n").filter("n >= 1")))
+    return flow
+
+
+node = st.integers(0, 3)
+edge = st.tuples(st.tuples(node, node), st.integers(0, HORIZON - 1),
+                 st.sampled_from([-1, 1, 1, 2]))
+cuts = st.sets(st.integers(1, HORIZON - 1), max_size=2).map(lambda s: sorted(s) + [HORIZON])
+
+
+@pytest.mark.slow
+@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+@given(edges=st.lists(edge, max_size=16), cuts=cuts)
+def test_queries_match_reference(spark, conf, edges, cuts):
+    run_against_reference(spark, conf, query_flow(), {"g": (G, edges)}, cuts)
+
+
+def test_whole_triangles_at_one_time_and_retracted(spark, conf):
+    """All edges of two triangles (sharing an edge) arrive at once, both directions, then
+    one shared edge is retracted and re-added at one time with another: no triangle is lost
+    or counted twice."""
+    both = lambda a, b, t, d: [((a, b), t, d), ((b, a), t, d)]  # noqa: E731
+    edges = (both(0, 1, 0, 1) + both(1, 2, 0, 1) + both(0, 2, 0, 1) + both(1, 3, 0, 1)
+             + both(2, 3, 0, 1) + both(1, 2, 2, -1) + both(1, 2, 3, 1) + both(0, 3, 3, 1)
+             + both(0, 1, 4, 1))
+    run_against_reference(spark, conf, triangle_flow(), {"g": (G, edges)}, [1, 3, HORIZON])

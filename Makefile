@@ -22,8 +22,13 @@ $(VENV)/.installed: requirements.txt | java
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	touch $@
 
+# The flagship job: triangles of a real SNAP graph (shared/ beside the clone; else an R-MAT
+# graph is generated) maintained under random edge insertions and deletions.
+DEMO_GRAPH ?= $(firstword $(wildcard ../shared/data/facebook_combined.txt) /tmp/diffspark-rmat-50k.txt)
+
 demo: venv
-	$(PY) -m executor demo
+	test -f $(DEMO_GRAPH) || $(PY) -m benchmarks.rmat --edges 50000 --seed 1 --out $(DEMO_GRAPH)
+	$(PY) -m executor triangles --edges $(DEMO_GRAPH) --stream 3 --batch 200
 
 test: venv
 	$(PY) -m pytest -q

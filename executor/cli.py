@@ -4,6 +4,8 @@
            [--conf cpu|gpu|FILE] [--conf key=value ...] [--steps K] [--upto T] [--no-optimize]
     python -m executor explain PLAN.py [--no-optimize]
     python -m executor demo [--events N] [--steps K] [--conf ...]
+    python -m executor triangles --edges PATH [--output DIR] [--steps K] [--conf ...]
+                                 [--stream K --batch B --seed S]
 
 PLAN.py is a Python file defining `build(flow)`, which declares inputs and outputs on a
 `plans.Dataflow`. It is loaded from its path (it need not be importable); functions it defines
@@ -99,6 +101,27 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--no-optimize", dest="optimize", action="store_false",
                    help="show the plan as written only")
     e.set_defaults(func=cmd_explain)
+
+    t = verbs.add_parser("triangles", help="count triangles of an undirected edge list",
+                         description="Without time/diff columns: one line triangles=N. With "
+                         "them: time=T triangles=N for every distinct input time. With "
+                         "--stream K: load the graph, then K steps of random changes, "
+                         "maintained incrementally (the flagship demo).")
+    t.set_defaults(func=cmd_triangles)
+    t.add_argument("--edges", required=True, metavar="PATH",
+                   help="Parquet, CSV with header src,dst[,time,diff], or SNAP text")
+    t.add_argument("--output", default=None, metavar="DIR",
+                   help="also write DIR/triangles/ (count, time, diff) as Parquet")
+    t.add_argument("--steps", type=_positive_int, default=1, metavar="K",
+                   help="split the distinct input times into K steps (default 1)")
+    t.add_argument("--stream", type=_positive_int, default=None, metavar="K",
+                   help="after loading, K steps of random edge changes (demo)")
+    t.add_argument("--batch", type=_positive_int, default=200, metavar="B",
+                   help="changes per --stream step, half deletions (default 200)")
+    t.add_argument("--seed", type=int, default=7, help="random seed of --stream (default 7)")
+    t.add_argument("--conf", action="append", default=[], metavar="PROFILE|KEY=VALUE",
+                   help="config profile (cpu, gpu, FILE) and/or key=value overrides")
+    t.add_argument("--spark-log", default=None, metavar="FILE|-", help=log_help)
 
     d = verbs.add_parser("demo", help="run the built-in events demo on Spark",
                          description="Events with validity intervals through filter, map, "
@@ -253,6 +276,29 @@ def cmd_demo(args) -> int:
     try:
         with _spark_errors(lambda e: StepError(f"demo failed: {e}")):
             demo.run_demo(spark, conf, events=args.events, steps=args.steps, seed=args.seed)
+    finally:
+        _stop(spark)
+    return 0
+
+
+def cmd_triangles(args) -> int:
+    conf = conf_from_args(args.conf)
+    if not os.path.exists(args.edges):
+        raise InputError("edges", "-", "file not found", args.edges)
+    from . import triangles
+    from .config import kernel_backend
+    with spark_log(args.spark_log), _starting_spark():
+        from .session import spark_session
+        spark = spark_session(conf)
+    try:
+        with _spark_errors(lambda e: StepError(f"triangles failed: {e}")):
+            if args.stream:
+                triangles.stream_demo(spark, conf, args.edges, args.stream, args.batch,
+                                      args.seed, kernel_backend(conf))
+            else:
+                for line in triangles.triangles_main(spark, conf, args.edges, args.steps,
+                                                     args.output, kernel_backend(conf)):
+                    print(line, flush=True)
     finally:
         _stop(spark)
     return 0

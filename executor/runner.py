@@ -29,7 +29,7 @@ from .config import kernel_backend, load_conf, partitions
 from .consolidate import consolidate
 from .errors import InputError, StepError
 from .session import spark_session
-from .spine import Spine, materialise_all
+from .spine import Spine, materialise, materialise_all
 from .trace import Trace, View, arrange
 from .time import DIFF, INFINITY, TIME
 from .updates import normalise, read_source
@@ -91,6 +91,9 @@ class Runner:
             df = self._operator(node, kids, step)
         except AnalysisException as e:
             raise PlanError(f"{node.label()}: {_first_line(e)}") from None
+        if isinstance(node, (ir.Reduce, ir.Query)) and not step.resolving \
+                and node not in step.empty:
+            df = materialise(df)  # computed once, however many operators read it
         step.memo[node] = df
         return df
 

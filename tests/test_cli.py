@@ -284,3 +284,15 @@ def test_demo_small_matches_a_direct_count(spark, conf):
             if t <= at and user % 97 != 0 and lo <= at < hi:
                 total += d * len(np.unique(tags))
     assert report["snapshot"]["total"] == total > 0
+
+
+def test_triangles_verb_counts_a_snap_text_file(tmp_path):
+    """The pinned output line of `python -m executor triangles` on a static SNAP file: two
+    triangles sharing an edge, given in both directions, with a loop and a duplicate."""
+    path = tmp_path / "g.txt"
+    path.write_text("# a SNAP-style edge list\n0 1\n1 2\n2\t0\n1 0\n2 3\n3 1\n3 3\n0 1\n")
+    proc = cli("triangles", "--edges", path, "--spark-log", tmp_path / "spark.log", *SPARK)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "triangles=2"
+    missing = cli("triangles", "--edges", tmp_path / "none.txt")
+    assert missing.returncode == 2 and "file not found" in missing.stderr

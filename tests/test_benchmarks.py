@@ -46,3 +46,22 @@ def test_markdown_table_aligns_numbers():
     assert lines[1] == "|-----|------:|------:|"
     assert lines[2] == "| a   |  1.50 | 2.00x |"
     assert lines[3] == "| bb  | 12.25 |       |"
+
+
+def test_arrangements_benchmark_smoke(spark, tmp_path):
+    from benchmarks import arrangements
+
+    out = tmp_path / "arrangements.json"
+    arrangements.main(["--rows", "3000", "--sharing-rows", "3000", "--ks", "1,2",
+                       "--sizes", "3000", "--changes", "100", "--conf", "diffspark.partitions=2",
+                       "--out", str(out), "--png"], spark=spark)
+    saved = json.loads(out.read_text())
+    assert [r["k"] for r in saved["sharing"]] == [1, 2]
+    assert all(r["equal"] for r in saved["sharing"])
+    # sharing is physical: k queries, one arrangement of the edges; each on its own, k
+    assert [r["shared_arrangements"] for r in saved["sharing"]] == [2, 3]
+    assert [r["own_arrangements"] for r in saved["sharing"]] == [2, 4]
+    assert saved["attach"]["two_hop_rows"] > 0 and saved["attach"]["speedup"] > 0
+    assert [r["records"] for r in saved["incremental"]] == [3000]
+    assert saved["incremental"][0]["arranged_records"] > 0
+    assert (tmp_path / "arrangements.png").stat().st_size > 0

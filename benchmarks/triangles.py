@@ -1,0 +1,314 @@
+"""Triangles benchmark (issue 5): static counts and incremental maintenance, against peers.
+
+Static: R-MAT graphs (Graph500 parameters, average degree ~16, seeded) counted by
+- diffspark's array kernel (degree orientation, CSR, batched intersection) on the edge arrays,
+  and the `triangles` verb's path (Spark reads Parquet, the kernel counts);
+- a plain Spark SQL binary-join plan on the same session (edges oriented src < dst, two joins);
+- DuckDB (the same SQL), networkit (TriangleEdgeScore), kuzu (a Cypher triangle pattern),
+  each measured in the same run when installed (benchmarks/requirements-peers.txt).
+Incremental: the first graph, then batches of changes (half deletions): diffspark's triangle
+dataflow per batch vs DuckDB's delta SQL (the three delta terms, old/new tables) vs a kernel
+recount. Every system's count is checked against the kernel's.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+from benchmarks import common  # noqa: E402
+from benchmarks.rmat import rmat_edges  # noqa: E402
+
+SQL = """SELECT count(*) FROM e AS a JOIN e AS b ON a.dst = b.src
+         JOIN e AS c ON a.src = c.src AND b.dst = c.dst"""
+
+
+def parse_args(argv):
+    p = common.base_parser(__doc__, default_rows=1_000_000)
+    p.add_argument("--sizes", default="1000000,5000000", help="R-MAT edge counts (static)")
+    p.add_argument("--batches", type=int, default=3, help="incremental batches")
+    p.add_argument("--batch-size", type=int, default=1000, help="changes per batch")
+    p.add_argument("--spark-timeout", type=float, default=300,
+                   help="cancel the Spark SQL baseline after this many seconds")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--skip", default="", help="comma-separated rows to skip")
+    return p.parse_args(argv)
+
+
+def kernel_count(src, dst) -> int:
+    from gpu_kernels import count_triangles, namespace
+
+    return count_triangles(namespace("numpy"), src, dst)
+
+
+def spark_sql_count(spark, path: str, timeout: float) -> Optional[int]:
+    """The binary-join plan in Spark SQL; None when cancelled after `timeout` seconds."""
+    sc = spark.sparkContext
+    group = f"triangles-sql-{time.time()}"
+    sc.setJobGroup(group, "spark sql triangles", interruptOnCancel=True)
+    timer = threading.Timer(timeout, lambda: sc.cancelJobGroup(group))
+    timer.start()
+    try:
+        spark.read.parquet(path).createOrReplaceTempView("e")
+        return spark.sql(SQL).collect()[0][0]
+    except Exception as e:  # noqa: BLE001 - a cancelled job surfaces as any Spark error
+        print(f"  spark sql: stopped ({str(e).splitlines()[0][:80]})", flush=True)
+        return None
+    finally:
+        timer.cancel()
+        sc.setJobGroup("", "")
+
+
+def duckdb_count(src, dst) -> int:
+    import duckdb
+    import pyarrow as pa
+
+    con = duckdb.connect()
+    con.register("e", pa.table({"src": src, "dst": dst}))
+    return con.execute(SQL).fetchone()[0]
+
+
+def networkit_count(src, dst) -> int:
+    import networkit as nk
+
+    n = int(max(src.max(), dst.max())) + 1
+    g = nk.GraphFromCoo((np.ones(len(src)), (src.astype(np.uint64), dst.astype(np.uint64))),
+                        n=n, directed=False, weighted=False)
+    g.indexEdges()
+    score = nk.sparsification.TriangleEdgeScore(g)
+    score.run()
+    return int(round(sum(score.scores()) / 3))
+
+
+def kuzu_count(src, dst, folder: Path) -> tuple[int, float]:
+    """(count, load seconds): the query is timed by the caller, the load is reported."""
+    import kuzu
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    nodes = np.unique(np.concatenate([src, dst]))
+    pq.write_table(pa.table({"id": nodes}), folder / "nodes.parquet")
+    pq.write_table(pa.table({"from": src, "to": dst}), folder / "edges.parquet")
+    start = time.perf_counter()
+    db = kuzu.Database(str(folder / "db"))
+    con = kuzu.Connection(db)
+    con.execute("CREATE NODE TABLE V(id INT64, PRIMARY KEY (id))")
+    con.execute("CREATE REL TABLE E(FROM V TO V)")
+    con.execute(f"COPY V FROM '{folder / 'nodes.parquet'}'")
+    con.execute(f"COPY E FROM '{folder / 'edges.parquet'}'")
+    load = time.perf_counter() - start
+    result = con.execute("MATCH (a:V)-[:E]->(b:V)-[:E]->(c:V), (a)-[:E]->(c) RETURN count(*)")
+    return int(result.get_next()[0]), load
+
+
+def run_static(spark, args, sizes, skip, tmp: Path) -> list[dict]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from executor import triangles
+
+    rows = []
+    for n in sizes:
+        with common.phase(f"R-MAT {n:,} edges: generate"):
+            src, dst = rmat_edges(n, args.seed)
+            path = tmp / f"rmat-{n}.parquet"
+            pq.write_table(pa.table({"src": src, "dst": dst}), path)
+        got: dict = {}
+
+        def row(name, fn):
+            if name in skip:
+                return
+            with common.PeakMemory() as mem:
+                start = time.perf_counter()
+                got[name] = fn()
+                seconds = time.perf_counter() - start
+            rows.append({"edges": n, "system": name, "seconds": round(seconds, 3),
+                         "triangles": got[name], **mem.as_dict()})
+            print(f"  {name}: {seconds:.2f} s -> {got[name]}", flush=True)
+
+        row("diffspark kernel", lambda: kernel_count(src, dst))
+        row("diffspark verb (Spark read + kernel)",
+            lambda: triangles.static_count(spark.read.parquet(str(path))))
+        row("Spark SQL binary joins", lambda: spark_sql_count(spark, str(path),
+                                                               args.spark_timeout))
+        for name, fn in (("DuckDB", lambda: duckdb_count(src, dst)),
+                         ("networkit", lambda: networkit_count(src, dst))):
+            try:
+                row(name, fn)
+            except ImportError:
+                print(f"  {name}: not installed (benchmarks/requirements-peers.txt)")
+        if "kuzu" not in skip:
+            try:
+                load: dict = {}
+                row("kuzu", lambda: _kuzu(src, dst, tmp / f"kuzu-{n}", load))
+                rows[-1]["load_s"] = round(load["s"], 3)
+            except ImportError:
+                print("  kuzu: not installed (benchmarks/requirements-peers.txt)")
+        truth = got["diffspark kernel"]
+        for r in rows:
+            if r["edges"] == n:
+                r["correct"] = r["triangles"] == truth if r["triangles"] is not None else None
+                r["vs_kernel"] = common.ratio(r["seconds"], next(
+                    x["seconds"] for x in rows if x["edges"] == n
+                    and x["system"] == "diffspark kernel"))
+    return rows
+
+
+def _kuzu(src, dst, folder, load):
+    count, load["s"] = kuzu_count(src, dst, folder)
+    return count
+
+
+def run_incremental(spark, conf, args) -> dict:
+    """diffspark's dataflow vs DuckDB's delta SQL vs a kernel recount, per batch."""
+    import duckdb
+    import pyarrow as pa
+
+    from executor import triangles
+    from executor.runner import Runner
+
+    src, dst = rmat_edges(args.rows, args.seed)
+    rng = np.random.default_rng(args.seed)
+    present = set(zip(src.tolist(), dst.tolist()))
+    nodes = int(max(src.max(), dst.max())) + 1
+    runner = Runner(triangles.triangle_flow(), conf=conf, spark=spark)
+    schema = "src BIGINT, dst BIGINT, time BIGINT, diff BIGINT"
+    with common.PeakMemory() as mem:
+        start = time.perf_counter()
+        load = pa.table({"src": src, "dst": dst, "time": np.zeros(len(src), np.int64),
+                         "diff": np.ones(len(src), np.int64)})
+        runner.step({triangles.NAME: spark.createDataFrame(load.to_pandas())}, upto=1)
+        load_s = time.perf_counter() - start
+    con = duckdb.connect()
+    con.register("init", pa.table({"src": src, "dst": dst}))
+    con.execute("CREATE TABLE e AS SELECT * FROM init")
+    batches = []
+    before = triangles.running_counts(triangles.count_changes(runner), [0])[0]
+    for t in range(1, args.batches + 1):
+        ordered = sorted(present)
+        gone = [ordered[i] for i in rng.choice(len(ordered), args.batch_size // 2,
+                                               replace=False)]
+        new = set()
+        while len(new) < args.batch_size - len(gone):
+            x, y = sorted(int(v) for v in rng.integers(0, nodes, 2))
+            if x != y and (x, y) not in present:
+                new.add((x, y))
+        present.difference_update(gone)
+        present.update(new)
+        rows = [(x, y, t, -1) for x, y in gone] + [(x, y, t, 1) for x, y in sorted(new)]
+        started = time.perf_counter()
+        runner.step({triangles.NAME: spark.createDataFrame(rows, schema)}, upto=t + 1)
+        ours = triangles.running_counts(triangles.count_changes(runner), [t])[0]
+        ours_s = time.perf_counter() - started
+        duck_s, duck = _duckdb_delta(con, gone, new)
+        arr = np.array(sorted(present), dtype=np.int64)
+        started = time.perf_counter()
+        recount = kernel_count(arr[:, 0], arr[:, 1])
+        recount_s = time.perf_counter() - started
+        batches.append({"time": t, "diffspark_s": round(ours_s, 3), "duckdb_delta_s":
+                        round(duck_s, 3), "kernel_recount_s": round(recount_s, 3),
+                        "triangles": ours, "duckdb_change": duck, "recount": recount,
+                        "correct": ours == recount, "duckdb_correct": before + duck == recount})
+        before = recount
+        print(f"  batch {t}: diffspark {ours_s:.2f} s, duckdb delta {duck_s:.2f} s, "
+              f"recount {recount_s:.2f} s -> {ours} ({'ok' if ours == recount else 'WRONG'})",
+              flush=True)
+    med = lambda k: float(np.median([b[k] for b in batches]))  # noqa: E731
+    p90 = lambda k: float(np.percentile([b[k] for b in batches], 90))  # noqa: E731
+    return {"edges": args.rows, "batch_size": args.batch_size, "load_s": round(load_s, 3),
+            "load_memory": mem.as_dict(), "batches": batches,
+            "median": {k: round(med(k), 3) for k in ("diffspark_s", "duckdb_delta_s",
+                                                     "kernel_recount_s")},
+            "p90": {k: round(p90(k), 3) for k in ("diffspark_s", "duckdb_delta_s",
+                                                  "kernel_recount_s")}}
+
+
+def _duckdb_delta(con, gone, new) -> tuple[float, int]:
+    """DuckDB's incremental answer: the change in triangles from the three delta terms
+    (dE x E x E with old/new tables, as a hand-written delta query), then the update."""
+    import pyarrow as pa
+
+    d = pa.table({"src": [x for x, _ in gone] + [x for x, _ in new],
+                  "dst": [y for _, y in gone] + [y for _, y in new],
+                  "diff": [-1] * len(gone) + [1] * len(new)})
+    start = time.perf_counter()
+    con.register("d", d)
+    con.execute("CREATE OR REPLACE TEMP TABLE old AS SELECT src, dst, 1 AS diff FROM e")
+    con.execute("""CREATE OR REPLACE TEMP TABLE new AS
+                   SELECT src, dst, sum(diff) AS diff FROM
+                   (SELECT src, dst, diff FROM old UNION ALL SELECT src, dst, diff FROM d)
+                   GROUP BY src, dst HAVING sum(diff) <> 0""")
+    change = con.execute("""
+        SELECT coalesce(sum(a.diff * b.diff * c.diff), 0) FROM d a
+          JOIN old b ON a.dst = b.src JOIN old c ON a.src = c.src AND b.dst = c.dst
+        UNION ALL
+        SELECT coalesce(sum(a.diff * b.diff * c.diff), 0) FROM new a
+          JOIN d b ON a.dst = b.src JOIN old c ON a.src = c.src AND b.dst = c.dst
+        UNION ALL
+        SELECT coalesce(sum(a.diff * b.diff * c.diff), 0) FROM new a
+          JOIN new b ON a.dst = b.src JOIN d c ON a.src = c.src AND b.dst = c.dst
+    """).fetchall()
+    con.execute("DELETE FROM e; INSERT INTO e SELECT src, dst FROM new")
+    return time.perf_counter() - start, int(sum(r[0] for r in change))
+
+
+def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
+    import tempfile
+
+    args = parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    skip = set(filter(None, args.skip.split(",")))
+    own_session = spark is None
+    spark, conf = common.session(args.profile, args.conf, spark)
+    payload = {"benchmark": "triangles", "command": common.command_line(argv),
+               "machine": common.machine_info(spark, conf)}
+    try:
+        with tempfile.TemporaryDirectory(prefix="diffspark-tri-") as tmp:
+            with common.phase("warm-up on a small graph"):
+                small = parse_args(["--sizes", "20000"])
+                small.spark_timeout = args.spark_timeout
+                run_static(spark, small, [20000], skip, Path(tmp))
+            with common.phase("static counts"):
+                payload["static"] = run_static(spark, args, sizes, skip, Path(tmp))
+        if args.batches and "incremental" not in skip:
+            with common.phase("incremental"):
+                payload["incremental"] = run_incremental(spark, conf, args)
+    finally:
+        if own_session:
+            spark.stop()
+    path = common.results_path("triangles", args.out)
+    common.save_json(path, payload)
+    print(report(payload))
+    return payload
+
+
+def report(payload: dict) -> str:
+    out = ["static triangle counts (seconds; the count is checked against the kernel's)",
+           common.markdown_table(
+               ["edges", "system", "s", "vs kernel", "triangles", "correct", "peak MiB"],
+               [[r["edges"], r["system"], r["seconds"], f"{r['vs_kernel']}x",
+                 r["triangles"], r["correct"], r["peak_total_mib"]]
+                for r in payload["static"]])]
+    inc = payload.get("incremental")
+    if inc:
+        out.append(f"incremental: {inc['edges']:,} edges loaded in {inc['load_s']} s, then "
+                   f"{len(inc['batches'])} batches of {inc['batch_size']} changes")
+        out.append(common.markdown_table(
+            ["system", "median s", "p90 s"],
+            [["diffspark dataflow", inc["median"]["diffspark_s"], inc["p90"]["diffspark_s"]],
+             ["DuckDB delta SQL", inc["median"]["duckdb_delta_s"],
+              inc["p90"]["duckdb_delta_s"]],
+             ["kernel recount", inc["median"]["kernel_recount_s"],
+              inc["p90"]["kernel_recount_s"]]]))
+    return "\n\n".join(out)
+
+
+if __name__ == "__main__":
+    main()

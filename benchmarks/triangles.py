@@ -35,7 +35,7 @@ def parse_args(argv):
     p.add_argument("--batches", type=int, default=3, help="incremental batches")
     p.add_argument("--batch-size", type=int, default=1000, help="changes per batch")
     p.add_argument("--spark-timeout", type=float, default=300,
-                   help="cancel the Spark SQL baseline after this many seconds")
+                   help="stop the Spark SQL and DuckDB binary-join plans after this many s")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--skip", default="", help="comma-separated rows to skip")
     return p.parse_args(argv)
@@ -65,13 +65,22 @@ def spark_sql_count(spark, path: str, timeout: float) -> Optional[int]:
         sc.setJobGroup("", "")
 
 
-def duckdb_count(src, dst) -> int:
+def duckdb_count(src, dst, timeout: float) -> Optional[int]:
+    """The same binary-join SQL in DuckDB; None when interrupted after `timeout` seconds."""
     import duckdb
     import pyarrow as pa
 
     con = duckdb.connect()
     con.register("e", pa.table({"src": src, "dst": dst}))
-    return con.execute(SQL).fetchone()[0]
+    timer = threading.Timer(timeout, con.interrupt)
+    timer.start()
+    try:
+        return con.execute(SQL).fetchone()[0]
+    except duckdb.InterruptException:
+        print("  duckdb: stopped", flush=True)
+        return None
+    finally:
+        timer.cancel()
 
 
 def networkit_count(src, dst) -> int:
@@ -138,7 +147,7 @@ def run_static(spark, args, sizes, skip, tmp: Path) -> list[dict]:
             lambda: triangles.static_count(spark.read.parquet(str(path))))
         row("Spark SQL binary joins", lambda: spark_sql_count(spark, str(path),
                                                                args.spark_timeout))
-        for name, fn in (("DuckDB", lambda: duckdb_count(src, dst)),
+        for name, fn in (("DuckDB", lambda: duckdb_count(src, dst, args.spark_timeout)),
                          ("networkit", lambda: networkit_count(src, dst))):
             try:
                 row(name, fn)

@@ -65,3 +65,20 @@ def test_arrangements_benchmark_smoke(spark, tmp_path):
     assert [r["records"] for r in saved["incremental"]] == [3000]
     assert saved["incremental"][0]["arranged_records"] > 0
     assert (tmp_path / "arrangements.png").stat().st_size > 0
+
+
+def test_triangles_benchmark_smoke(spark, tmp_path):
+    """Static rows on a small R-MAT graph; peers are measured only where installed
+    (benchmarks/requirements-peers.txt), and every count must equal the kernel's."""
+    from benchmarks import triangles
+
+    out = tmp_path / "triangles.json"
+    payload = triangles.main(["--sizes", "3000", "--batches", "0", "--out", str(out),
+                              "--conf", "diffspark.partitions=2"], spark=spark)
+    saved = json.loads(out.read_text())
+    systems = {r["system"] for r in saved["static"]}
+    assert {"diffspark kernel", "diffspark verb (Spark read + kernel)",
+            "Spark SQL binary joins"} <= systems
+    assert all(r["correct"] for r in saved["static"])
+    assert saved["static"][0]["triangles"] > 0
+    assert "incremental" not in payload

@@ -24,7 +24,7 @@ from math import isqrt
 from .consolidate import sort_by
 from .csr import row_ranges
 from .expand import parents
-from .intersect import contains
+from .intersect import contains, lower_bound
 
 _MAX_COMPOSITE = 3037000499  # largest n with n * n < 2**63: composite keys a * n + b fit int64
 
@@ -69,7 +69,7 @@ def extend(xp, prefix_keys, indices, candidates_of=None):
         for i in range(k):
             if i == j:
                 continue
-            found, at = _lower_bound(xp, indices[i].targets, xp.take(ranges[i][0], parent),
+            found, at = lower_bound(xp, indices[i].targets, xp.take(ranges[i][0], parent),
                                      xp.take(ranges[i][1], parent), value)
             keep = xp.nonzero(found)[0]  # shrink before the next validator
             parent, value, pos[i] = (xp.take(a, keep) for a in (parent, value, at))
@@ -78,23 +78,6 @@ def extend(xp, prefix_keys, indices, candidates_of=None):
             col.append(a)
     parent, value, *position = (xp.concat(col) for col in out)
     return parent, value, position
-
-
-def _lower_bound(xp, targets, lo, hi, candidates):
-    """(found, position): first index in targets[lo:hi] not below each candidate (sorted
-    ranges), in lockstep binary-search steps, as in intersect.contains."""
-    first, last = lo, hi
-    if targets.shape[0] == 0 or lo.shape[0] == 0:
-        return xp.zeros(lo.shape[0], dtype=xp.bool), first
-    zero = xp.zeros_like(lo)
-    for _ in range(int(xp.max(hi - lo)).bit_length()):
-        active = first < last
-        mid = (first + last) // 2
-        below = xp.logical_and(active, xp.take(targets, xp.where(active, mid, zero)) < candidates)
-        first = xp.where(below, mid + 1, first)
-        last = xp.where(xp.logical_and(active, xp.logical_not(below)), mid, last)
-    at = xp.take(targets, xp.minimum(first, xp.asarray(targets.shape[0] - 1, dtype=first.dtype)))
-    return xp.logical_and(first < hi, at == candidates), first
 
 
 def _oriented(xp, src, dst):

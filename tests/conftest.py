@@ -122,3 +122,33 @@ def run_against_reference(spark, conf, flow, inputs, cuts, optimize=True):
     for name in flow.outputs:
         assert_consolidated(runner.output(name))
     return runner
+
+
+# --------------------------------------------------------------------------- array backends
+# The kernel suites run on numpy and array_api_strict (pinned to the 2023.12 standard, so a
+# kernel that passes uses nothing cupy may lack); DIFFSPARK_KERNEL_BACKENDS=cupy (a
+# comma-separated list) re-runs them on a GPU.
+KERNEL_BACKENDS = os.environ.get("DIFFSPARK_KERNEL_BACKENDS", "numpy,strict").split(",")
+
+
+@pytest.fixture(scope="module", params=KERNEL_BACKENDS)
+def xp(request):
+    import array_api_strict
+
+    import gpu_kernels as gk
+
+    if request.param == "strict":
+        with array_api_strict.ArrayAPIStrictFlags(api_version="2023.12"):
+            yield gk.namespace("strict")
+    else:
+        yield gk.namespace(request.param)
+
+
+def i64(xp, values):
+    return xp.asarray(values, dtype=xp.int64)
+
+
+def host(xp, arr):
+    import gpu_kernels as gk
+
+    return gk.to_numpy(xp, arr).tolist()

@@ -3,7 +3,6 @@
 DIFFSPARK_KERNEL_BACKENDS=cupy (comma-separated list) to re-run the suite on a GPU.
 """
 import math
-import os
 from collections import defaultdict
 
 import array_api_strict
@@ -14,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpu_kernels as gk
+from conftest import host, i64
 
-BACKENDS = os.environ.get("DIFFSPARK_KERNEL_BACKENDS", "numpy,strict").split(",")
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 EDGE = [INT64_MIN, INT64_MIN + 1, -(2**32), -3037000500, -3037000499, -2, -1, 0, 1, 2,
         3037000499, 3037000500, 2**31, 2**32, 2**62, INT64_MAX - 1, INT64_MAX]
@@ -24,22 +23,6 @@ int64s = st.one_of(st.sampled_from(EDGE), st.integers(INT64_MIN, INT64_MAX))
 settings.register_profile("kernels", max_examples=60, deadline=None)
 settings.load_profile("kernels")
 
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def xp(request):
-    if request.param == "strict":
-        with array_api_strict.ArrayAPIStrictFlags(api_version="2023.12"):
-            yield gk.namespace("strict")
-    else:
-        yield gk.namespace(request.param)
-
-
-def i64(xp, values):
-    return xp.asarray(values, dtype=xp.int64)
-
-
-def host(xp, arr):
-    return gk.to_numpy(xp, arr).tolist()
 
 
 def stage(xp, counts, times, diffs):

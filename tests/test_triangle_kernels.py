@@ -4,11 +4,9 @@ the known triangle counts of two SNAP graphs (numpy only). DIFFSPARK_KERNEL_BACK
 re-runs the kernel tests on a GPU, as in test_kernels.py.
 """
 import itertools
-import os
 from collections import defaultdict
 from pathlib import Path
 
-import array_api_strict
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -16,28 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpu_kernels as gk
+from conftest import host, i64
 from benchmarks import rmat
 
-BACKENDS = os.environ.get("DIFFSPARK_KERNEL_BACKENDS", "numpy,strict").split(",")
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 examples = settings(max_examples=60, deadline=None)
 
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def xp(request):
-    if request.param == "strict":
-        with array_api_strict.ArrayAPIStrictFlags(api_version="2023.12"):
-            yield gk.namespace("strict")
-    else:
-        yield gk.namespace(request.param)
-
-
-def i64(xp, values):
-    return xp.asarray(values, dtype=xp.int64)
-
-
-def host(xp, arr):
-    return gk.to_numpy(xp, arr).tolist()
 
 
 # extend ---------------------------------------------------------------------------------------

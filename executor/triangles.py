@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 from plans import Dataflow
 
 from .errors import InputError
+from .updates import probe_file
 from .time import DIFF, TIME
 
 NAME = "edges"
@@ -43,12 +44,7 @@ def read_edges(spark: SparkSession, path: str) -> DataFrame:
     a header, or a whitespace-separated text file with `#` comments (SNAP)."""
     if not os.path.exists(path):
         raise InputError(NAME, "-", "file not found", path)
-    probe = path
-    if os.path.isdir(path):
-        files = [f for f in sorted(os.listdir(path)) if not f.startswith((".", "_"))]
-        if not files:
-            raise InputError(NAME, "-", "empty input folder", path)
-        probe = files[0]
+    probe = probe_file(NAME, path)
     if probe.endswith(".parquet"):
         df = spark.read.parquet(path)
     elif probe.endswith((".csv", ".csv.gz")):

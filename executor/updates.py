@@ -44,13 +44,18 @@ def read_source(spark: SparkSession, name: str, source, schema: StructType) -> D
         raise InputError(name, "-", f"not a readable {fmt} file", _first_line(e)) from None
 
 
+def probe_file(name: str, path: str) -> str:
+    """The file whose name tells the format: `path`, or a folder's first data file."""
+    if not os.path.isdir(path):
+        return path
+    files = [f for f in sorted(os.listdir(path)) if not f.startswith((".", "_"))]
+    if not files:
+        raise InputError(name, "-", "empty input folder", path)
+    return files[0]
+
+
 def _format(name: str, path: str) -> str:
-    probe = path
-    if os.path.isdir(path):
-        files = [f for f in sorted(os.listdir(path)) if not f.startswith((".", "_"))]
-        if not files:
-            raise InputError(name, "-", "empty input folder", path)
-        probe = files[0]
+    probe = probe_file(name, path)
     if probe.endswith(".parquet") or (os.path.isdir(path) and ".parquet" in probe):
         return "parquet"
     if probe.endswith((".csv", ".csv.gz")):

@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Optional
 
 from plans import Dataflow, ir
-from plans.fusion import fuse
+from plans.optimizer import optimize as optimize_plan
 from plans.ir import PlanError
 
 from .config import ConfigError, load_conf
@@ -91,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--upto", type=_time, default=None, metavar="T",
                    help="feed only times < T and leave the inputs open")
     r.add_argument("--no-optimize", dest="optimize", action="store_false",
-                   help="run the plan as written (no fusion)")
+                   help="run the plan as written (no optimizer)")
     r.add_argument("--spark-log", default=None, metavar="FILE|-", help=log_help)
     r.set_defaults(func=cmd_run)
 
@@ -233,10 +233,12 @@ def _describe(e: BaseException) -> str:
 
 
 def explain_text(flow: Dataflow, optimize: bool = True) -> str:
-    """The plan as written and after fusion, as `Runner.explain` prints it; no Spark."""
+    """The plan as written and as optimized (as `Runner.explain` prints them), then the
+    rules that fired and the cost of both plans (plans/optimizer); no Spark."""
     text = "== plan ==\n" + ir.explain(flow.outputs)
     if optimize:
-        text += "\n== optimized ==\n" + ir.explain(fuse(flow.outputs))
+        done = optimize_plan(flow.outputs)
+        text += "\n== optimized ==\n" + ir.explain(done.plan) + "\n" + done.report()
     return text
 
 

@@ -20,7 +20,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from py4j.protocol import Py4JJavaError
 
 from plans import Dataflow, ir
-from plans.fusion import fuse
+from plans.optimizer import optimize as optimize_plan
 from plans.ir import PlanError
 
 from . import join, linear, wcoj
@@ -57,7 +57,7 @@ class Runner:
         self.spark = spark or spark_session(self.conf)
         self.backend = kernel_backend(self.conf)
         self.flow = flow
-        self.plan = fuse(flow.outputs) if optimize else dict(flow.outputs)
+        self.plan = optimize_plan(flow.outputs).plan if optimize else dict(flow.outputs)
         update = [StructField(TIME, LongType(), False), StructField(DIFF, LongType(), False)]
         self.input_schemas = {n: StructType.fromDDL(i.schema) for n, i in flow.inputs.items()}
         # over an RDD of no partitions: reading it runs no task (a local empty list would
@@ -288,7 +288,7 @@ class Runner:
                 .where(F.col(label) != 0))
 
     def explain(self) -> str:
-        """The plan as written and as run (after fusion)."""
+        """The plan as written and as run (after the optimizer, plans/optimizer)."""
         return ("== plan ==\n" + ir.explain(self.flow.outputs) +
                 "\n== optimized ==\n" + ir.explain(self.plan))
 

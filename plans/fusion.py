@@ -1,8 +1,8 @@
-"""Linear fusion: adjacent Linear nodes compose into one (`followed_by`).
+"""Linear fusion alone: adjacent Linear nodes compose into one (`followed_by`).
 
-Correct because join_function composes: for stages f then g, each update (d, t, r) becomes
-(d3, t v t2 v t3, r * r2 * r3) either way (lattice join and product are associative). A node
-read by several consumers is not swallowed, so shared work is not duplicated.
+The rule and why it is correct live in plans/optimizer/rules.py (`fuse`); this runs only
+that ruleset. A node read by several consumers is swallowed only where the cost model
+(plans/optimizer/cost.py) says the duplicated work is cheaper than the extra pass.
 """
 from __future__ import annotations
 
@@ -10,21 +10,5 @@ from . import ir
 
 
 def fuse(outputs: dict[str, ir.Node]) -> dict[str, ir.Node]:
-    uses = ir.consumers(list(outputs.values()))
-    memo: dict[ir.Node, ir.Node] = {}
-
-    def rebuild(n: ir.Node) -> ir.Node:
-        if n in memo:
-            return memo[n]
-        if isinstance(n, ir.Linear):
-            inner = rebuild(n.input)
-            if isinstance(inner, ir.Linear) and uses.get(n.input, 0) == 1:
-                out = inner.followed_by(n.stages)
-            else:
-                out = ir.Linear(inner, n.stages)
-        else:
-            out = n.with_children(tuple(rebuild(c) for c in n.children()))
-        memo[n] = out
-        return out
-
-    return {name: rebuild(node) for name, node in outputs.items()}
+    from .optimizer import optimize  # the optimizer imports the IR; keep plans light
+    return optimize(outputs, rulesets=("fusion",)).plan

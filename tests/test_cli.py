@@ -200,11 +200,14 @@ def test_explain_shows_the_fused_chain():
     assert_ok(done)
     written, optimized = done.stdout.split("== optimized ==")
     assert "Linear[map(user, tag)]" in written  # one node per operator as written
-    assert "Linear[temporal_filter(lower=lo, upper=hi) -> map(user, item)]" in optimized
+    # the shared filter fuses into both chains (cheaper than a pass of its own)
+    assert "Linear[filter(user >= 0) -> temporal_filter(lower=lo, upper=hi) -> map(user, item)]" \
+        in optimized
     fused = [line.strip() for line in optimized.splitlines() if "explode(" in line]
-    assert len(fused) == 1 and fused[0].startswith("Linear[map(") and \
+    assert len(fused) == 1 and fused[0].startswith("Linear[filter(user >= 0) -> map(") and \
         fused[0].endswith("temporal_filter(lower=lo, upper=hi) -> map(user, tag)]")
-    assert "Concat" in optimized and "[shared]" in optimized
+    assert "Concat  [shared]" in optimized
+    assert "== rules fired ==" in optimized and "fuse x" in optimized and "== cost ==" in optimized
 
     plain = cli("explain", PLAN, "--no-optimize")
     assert_ok(plain)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from plans.ir import PlanError
 
-__all__ = ["InputError", "PlanError", "StepError"]
+__all__ = ["InputError", "PlanError", "StateError", "StepError"]
 
 
 class InputError(ValueError):
@@ -19,3 +19,8 @@ class InputError(ValueError):
 class StepError(RuntimeError):
     """Spark failed while running a step (e.g. a diff product overflowed int64): the step was
     refused and state and outputs are as they were before it."""
+
+
+class StateError(RuntimeError):
+    """A state directory that cannot be used as asked (locked by another runner, written by
+    another plan, repeated steps with different inputs): nothing was read or changed."""

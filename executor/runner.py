@@ -25,7 +25,7 @@ from plans.ir import PlanError
 
 from . import join, linear, wcoj
 from . import reduce as reduce_ops
-from .config import kernel_backend, load_conf, partitions
+from .config import kernel_backend, load_conf, local_query_rows, partitions
 from .consolidate import consolidate
 from .errors import InputError, StepError
 from .session import spark_session
@@ -44,11 +44,12 @@ class StepResult:
     upper: int
     seconds: float
     changes: dict[str, DataFrame]  # this step's final output changes, per output
+    skipped: bool = False  # a resumed runner recognised a committed step: nothing ran
 
 
 class Runner:
     def __init__(self, flow: Dataflow, conf="cpu", spark=None, optimize: bool = True,
-                 overrides=()):
+                 overrides=(), state=None):
         if not isinstance(flow, Dataflow):
             raise PlanError("Runner: expects a plans.Dataflow")
         if not flow.outputs:
@@ -76,6 +77,19 @@ class Runner:
         self.closed = False
         self._pending: dict[str, Optional[DataFrame]] = {n: None for n in self.plan}
         self._logs: dict[str, Spine] = {n: Spine() for n in self.plan}
+        # durability (executor/state.py): commit each step to `state`, resume from it
+        self._store = None
+        if state is not None:
+            from .state import Store
+            self._store = Store(self, state)
+            self._store.restore(self)
+
+    def release_state(self) -> None:
+        """Give up the state directory's lock (another runner may then open it); this runner
+        steps on without durability."""
+        if self._store is not None:
+            self._store.release()
+            self._store = None
 
     # ------------------------------------------------------------------ plan -> DataFrames
     def _build_all(self, step: "_Step") -> dict[str, DataFrame]:
@@ -147,7 +161,9 @@ class Runner:
                 return step.views[arranged]
 
             waiting = {r: self._state.get((node, r)) for r in node.relations}
-            out, waiting = wcoj.delta(node, kids, index, waiting, step.upto)
+            local = None if step.resolving or node in step.empty else \
+                (self.backend, local_query_rows(self.conf))
+            out, waiting = wcoj.delta(node, kids, index, waiting, step.upto, local)
             if not step.resolving:  # materialised with the step's outputs
                 for r, df in waiting.items():
                     step.pending[(node, r)] = None if node in step.empty else df
@@ -207,21 +223,35 @@ class Runner:
 
     def _step(self, updates: dict, upto: Optional[int]) -> StepResult:
         started = clock.perf_counter()
-        if self.closed:
+        replay = self._store.replay(upto, self.frontier) if self._store else None
+        lower = replay["lower"] if replay else self.frontier
+        if self.closed and replay is None:
             raise PlanError("step: the runner is closed")
-        if upto is not None and upto < self.frontier:
-            raise PlanError(f"step: upto={upto} is below the frontier {self.frontier}")
+        if upto is not None and upto < lower:
+            raise PlanError(f"step: upto={upto} is below the frontier {lower}")
         for name in updates:
             if name not in self.input_schemas:
                 raise InputError(name, "-", "unknown input",
                                  f"the dataflow's inputs are {sorted(self.input_schemas)}")
-        sources = dict(self._empty)
+        sources, digests = dict(self._empty), {}
         for name, src in updates.items():
             df = read_source(self.spark, name, src, self.input_schemas[name])
-            sources[name] = normalise(name, df, self.input_schemas[name], self.frontier, upto)
+            sources[name] = normalise(name, df, self.input_schemas[name], lower, upto,
+                                      digests if self._store else None)
+        if replay is not None:  # a committed step repeated by a resumed driver
+            self._store.skip(replay, digests)
+            changes = {n: self.output(n).where((F.col(TIME) >= lower) & (
+                F.col(TIME) < (INFINITY if upto is None else upto))) for n in self.plan}
+            return StepResult(replay["step"], lower, INFINITY if upto is None else upto,
+                              clock.perf_counter() - started, changes, skipped=True)
         step = _Step(sources, upto, given=set(updates))
         try:
             changes, pending, logs = self._run(step)
+            if self._store is not None:
+                self._store.commit(self, {**self._state, **step.commits}, pending, logs,
+                                   {"step": self.steps + 1, "lower": lower, "upto": upto,
+                                    "inputs": digests},
+                                   INFINITY if upto is None else upto, upto is None)
         except (Py4JJavaError, PySparkException) as e:
             if isinstance(e, AnalysisException):
                 raise

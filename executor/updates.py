@@ -7,6 +7,7 @@ input, the column and the rule, before the step has touched any state.
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -15,6 +16,7 @@ from pyspark.sql.types import (ByteType, DataType, DoubleType, FloatType, Intege
 
 from .errors import InputError
 from .linear import q
+from .state import content_digest, digest_of
 from .time import DIFF, TIME
 
 INT64_MAX = 2**63 - 1
@@ -68,10 +70,12 @@ def _first_line(e: Exception) -> str:
 
 
 def normalise(name: str, df: DataFrame, schema: StructType, frontier: int,
-              upto: int) -> DataFrame:
+              upto: int, digest: Optional[dict] = None) -> DataFrame:
     """`df` as (record columns in schema order, time, diff) after checking every rule.
 
     Absent `time` means the step's frontier (time 0 in a first step); absent `diff` means +1.
+    Given a dict `digest`, the same job also sets digest[name] to a content hash of the
+    normalised rows (durable state recognises a repeated step by it).
     """
     given = {f.name.lower(): f for f in df.schema.fields}
     wanted = {f.name.lower() for f in schema.fields} | {TIME, DIFF}
@@ -98,7 +102,9 @@ def normalise(name: str, df: DataFrame, schema: StructType, frontier: int,
                                  f"{'inf' if upto is None else upto})", bad))
         else:
             mass = F.abs(value.cast("decimal(38,0)"))
-    _run_checks(name, df, checks, mass)
+    row = _run_checks(name, df, checks, mass, [] if digest is None else content_digest(cols))
+    if digest is not None:
+        digest[name] = digest_of(row)
     return df.select(*cols)
 
 
@@ -120,12 +126,13 @@ def _typed(name, field, want: DataType, checks):
                      f"{have.simpleString()}, expected {want.simpleString()}")
 
 
-def _run_checks(name: str, df: DataFrame, checks, mass) -> None:
+def _run_checks(name: str, df: DataFrame, checks, mass, extra=()):
     """One aggregate job: a count of violations per rule, and sum |diff| (as DECIMAL) so no
-    consolidation of this batch can overflow int64."""
+    consolidation of this batch can overflow int64 (plus `extra` aggregates); its row."""
     aggs = [F.sum(F.when(cond, 1).otherwise(0)).alias(f"c{i}") for i, (_, _, cond) in
             enumerate(checks)]
     aggs.append(F.sum(mass).alias("mass"))
+    aggs += list(extra)
     row = df.agg(*aggs).collect()[0]
     for i, (column, rule, _) in enumerate(checks):
         if row[f"c{i}"]:
@@ -133,3 +140,4 @@ def _run_checks(name: str, df: DataFrame, checks, mass) -> None:
     if row["mass"] is not None and row["mass"] > INT64_MAX:
         raise InputError(name, DIFF, "diff overflow: the sum of |diff| exceeds int64",
                          str(row["mass"]))
+    return row

@@ -19,6 +19,7 @@ __all__ = [
     "PROFILES",
     "kernel_backend",
     "load_conf",
+    "local_query_rows",
     "partitions",
     "profile_path",
 ]
@@ -33,6 +34,8 @@ SHUFFLE_PARTITIONS_KEY = "spark.sql.shuffle.partitions"
 BACKENDS = ("numpy", "cupy", "auto")
 DEFAULT_BACKEND = "auto"
 DEFAULT_PARTITIONS = 8
+LOCAL_QUERY_ROWS_KEY = "diffspark.query.local_rows"
+DEFAULT_LOCAL_QUERY_ROWS = 2_000_000
 
 # What an environment variable named in a profile is for, to say so when it is missing.
 ENV_HINTS = {
@@ -111,13 +114,23 @@ def kernel_backend(conf: Mapping[str, str]) -> str:
 
 def partitions(conf: Mapping[str, str]) -> int:
     """The number of hash partitions P of every arrangement (default 8)."""
-    raw = conf.get(PARTITIONS_KEY, DEFAULT_PARTITIONS)
+    return _positive_int(conf, PARTITIONS_KEY, DEFAULT_PARTITIONS)
+
+
+def local_query_rows(conf: Mapping[str, str]) -> int:
+    """The most seed updates a step of a conjunctive query runs on the driver's array
+    backend, against index rows fetched by key; larger steps run as Spark SQL."""
+    return _positive_int(conf, LOCAL_QUERY_ROWS_KEY, DEFAULT_LOCAL_QUERY_ROWS)
+
+
+def _positive_int(conf: Mapping[str, str], key: str, default: int) -> int:
+    raw = conf.get(key, default)
     try:
         value = int(str(raw).strip())
     except ValueError:
         value = 0
     if value <= 0:
-        raise ConfigError(f"{PARTITIONS_KEY} must be a positive integer, got {raw!r}")
+        raise ConfigError(f"{key} must be a positive integer, got {raw!r}")
     return value
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
+from typing import Optional
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -24,6 +25,7 @@ from plans import ir
 from plans import query as cq
 from plans.ir import PlanError
 
+from . import wcoj_local
 from .linear import q, record_columns
 from .time import DIFF, TIME
 from .trace import View
@@ -32,11 +34,13 @@ CANDIDATES = "__c"
 
 
 def delta(node: ir.Query, deltas: list[DataFrame], index: Callable[[int, tuple], View],
-          pending: dict, upto) -> tuple[DataFrame, dict]:
+          pending: dict, upto, local: Optional[tuple[str, int]] = None
+          ) -> tuple[DataFrame, dict]:
     """(the query's output changes this step, the seeds left pending per relation).
 
     `deltas[i]` are input i's changes; `index(i, columns)` is the View of input i arranged
-    by `columns` (built once per step and shared)."""
+    by `columns` (built once per step and shared). With `local` = (kernel backend, most
+    seeds), a small step runs on the driver's arrays (executor/wcoj_local.py)."""
     position = {r: i for i, r in enumerate(node.relations)}
     names = {r: record_columns(deltas[i], [TIME]) for r, i in position.items()}
     for atom in node.query.atoms:
@@ -52,6 +56,11 @@ def delta(node: ir.Query, deltas: list[DataFrame], index: Callable[[int, tuple],
         else:
             ready[r] = incoming.where(F.col(TIME) < upto)
             waiting[r] = incoming.where(F.col(TIME) >= upto)
+
+    if local is not None and upto is not None and wcoj_local.applicable(node, deltas):
+        out = wcoj_local.run(node, ready, deltas, names, index, *local)
+        if out is not None:
+            return out, waiting
 
     def trace(relation: str, columns: tuple[int, ...], constants) -> DataFrame:
         """All of a relation's arranged updates, keyed by `columns`, matching constants."""

@@ -13,16 +13,32 @@ def contains(xp, targets, lo, hi, candidates):
 def lower_bound(xp, targets, lo, hi, candidates):
     """(found, position): the first index in targets[lo[j]:hi[j]] not below candidates[j],
     and whether it holds the candidate; the position lets a caller read what is stored
-    beside the match (a multiplicity, a time)."""
+    beside the match (a multiplicity, a time).
+
+    `targets` and `candidates` may also be tuples of arrays, compared lexicographically
+    (each range sorted by them): an as-of read looks for (value, time) pairs."""
+    tuples = isinstance(targets, tuple)
+    targets, candidates = (targets, candidates) if tuples else ((targets,), (candidates,))
     first, last = lo, hi
-    if targets.shape[0] == 0 or lo.shape[0] == 0:
+    if targets[0].shape[0] == 0 or lo.shape[0] == 0:
         return xp.zeros(lo.shape[0], dtype=xp.bool), first
     zero = xp.zeros_like(lo)
     for _ in range(int(xp.max(hi - lo)).bit_length()):  # lower bound in [first, last)
         active = first < last
-        mid = (first + last) // 2
-        below = xp.logical_and(active, xp.take(targets, xp.where(active, mid, zero)) < candidates)
+        mid = xp.where(active, (first + last) // 2, zero)
+        below = xp.logical_and(active, _less(xp, [xp.take(t, mid) for t in targets], candidates))
         first = xp.where(below, mid + 1, first)
         last = xp.where(xp.logical_and(active, xp.logical_not(below)), mid, last)
-    at = xp.take(targets, xp.minimum(first, xp.asarray(targets.shape[0] - 1, dtype=first.dtype)))
-    return xp.logical_and(first < hi, at == candidates), first
+    at = xp.minimum(first, xp.asarray(targets[0].shape[0] - 1, dtype=first.dtype))
+    equal = xp.take(targets[0], at) == candidates[0]
+    for t, c in zip(targets[1:], candidates[1:]):
+        equal = xp.logical_and(equal, xp.take(t, at) == c)
+    return xp.logical_and(first < hi, equal), first
+
+
+def _less(xp, a, b):
+    """Lexicographic a < b over tuples of arrays."""
+    less = a[-1] < b[-1]
+    for x, y in zip(reversed(a[:-1]), reversed(b[:-1])):
+        less = xp.logical_or(x < y, xp.logical_and(x == y, less))
+    return less

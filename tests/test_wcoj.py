@@ -1,6 +1,7 @@
 """Worst-case optimal joins on Spark: delta queries for triangles, 4-cliques and other
 conjunctive queries against the reference interpreter, on random multi-step update streams
-with retractions and several changes at one time."""
+with retractions and several changes at one time; each on both paths of the query operator
+(small steps on the driver's arrays, big ones as Spark SQL)."""
 from __future__ import annotations
 
 import pytest
@@ -40,16 +41,21 @@ node = st.integers(0, 3)
 edge = st.tuples(st.tuples(node, node), st.integers(0, HORIZON - 1),
                  st.sampled_from([-1, 1, 1, 2]))
 cuts = st.sets(st.integers(1, HORIZON - 1), max_size=2).map(lambda s: sorted(s) + [HORIZON])
+# local_rows=1: every step with more than one seed runs as Spark SQL
+PATHS = pytest.mark.parametrize("path", [{}, {"diffspark.query.local_rows": "1"}],
+                                ids=["arrays", "sql"])
 
 
 @pytest.mark.slow
 @settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
 @given(edges=st.lists(edge, max_size=16), cuts=cuts)
-def test_queries_match_reference(spark, conf, edges, cuts):
-    run_against_reference(spark, conf, query_flow(), {"g": (G, edges)}, cuts)
+@PATHS
+def test_queries_match_reference(spark, conf, path, edges, cuts):
+    run_against_reference(spark, conf | path, query_flow(), {"g": (G, edges)}, cuts)
 
 
-def test_whole_triangles_at_one_time_and_retracted(spark, conf):
+@PATHS
+def test_whole_triangles_at_one_time_and_retracted(spark, conf, path):
     """All edges of two triangles (sharing an edge) arrive at once, both directions, then
     one shared edge is retracted and re-added at one time with another: no triangle is lost
     or counted twice."""
@@ -57,4 +63,5 @@ def test_whole_triangles_at_one_time_and_retracted(spark, conf):
     edges = (both(0, 1, 0, 1) + both(1, 2, 0, 1) + both(0, 2, 0, 1) + both(1, 3, 0, 1)
              + both(2, 3, 0, 1) + both(1, 2, 2, -1) + both(1, 2, 3, 1) + both(0, 3, 3, 1)
              + both(0, 1, 4, 1))
-    run_against_reference(spark, conf, triangle_flow(), {"g": (G, edges)}, [1, 3, HORIZON])
+    run_against_reference(spark, conf | path, triangle_flow(), {"g": (G, edges)},
+                          [1, 3, HORIZON])

@@ -1,0 +1,187 @@
+"""Delta rules run on array kernels over the rows a step touches (DESIGN §6).
+
+A step of few changes needs little of each relation: its seeds' own updates and, per
+extender, the updates under the keys the prefixes reach. `run` executes every rule of a
+query depth by depth; at each depth it asks `lookup` once for all the index rows that the
+rules' validators or extenders need (the Spark layer answers with one filtered job over the
+arrangements, executor/wcoj.py), then counts, proposes and validates on `xp` (numpy, or
+cupy on a GPU) with gpu_kernels.timed_index. Nothing here imports Spark, so the same code is
+checked against plans.query.run_rules_python on plain arrays.
+
+Columns are integers without nulls (the Spark layer checks, and otherwise runs the rules as
+Spark SQL); times are one int64 coordinate.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from gpu_kernels import consolidate, group_starts, sort_by
+from gpu_kernels.csr import row_ranges
+from gpu_kernels.diffs import multiply_diffs
+from gpu_kernels.timed_index import build_timed_index, extend_as_of, multiplicity
+from plans import query as cq
+
+
+@dataclass(frozen=True)
+class Request:
+    """Index rows of `relation` whose `key` columns match a prefix (and `constants`, and
+    `repeats` equal to the `value` column): an extender's candidates, or with value None a
+    validator's whole records."""
+
+    relation: str
+    key: tuple[int, ...]
+    value: Optional[int]
+    repeats: tuple[int, ...]
+    constants: tuple[tuple[int, int], ...]
+
+
+# lookup({request: [key tuples as arrays]}) -> {request: (key columns, value, time, diff)}
+Lookup = Callable[[dict], dict]
+
+_OPS = {"<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal",
+        "=": "equal", "!=": "not_equal"}
+
+
+@dataclass
+class _Prefixes:
+    vars: dict  # variable -> array
+    t: object
+    d: object
+
+    def take(self, xp, rows) -> "_Prefixes":
+        return _Prefixes({v: xp.take(a, rows) for v, a in self.vars.items()},
+                         xp.take(self.t, rows), xp.take(self.d, rows))
+
+
+def run(xp, query: cq.Query, rules, seeds: dict, lookup: Lookup, chunk_rows: int = 1 << 21):
+    """The query's output changes from each rule's seeds: seeds[relation] = (columns, time,
+    diff) of the updates at the times the rules run. Returns (head columns, time, diff),
+    consolidated."""
+    states = [(rule, _seed(xp, rule, *seeds[rule.relation])) for rule in rules]
+    wants: dict = {}
+    for rule, p in states:
+        for val in rule.validators:
+            req = Request(val.relation, tuple(k for k, _ in val.columns), None, (),
+                          val.constants)
+            wants.setdefault(req, []).append([p.vars[v] for _, v in val.columns])
+    got = lookup(wants) if wants else {}
+    states = [(rule, _validated(xp, rule, p, got)) for rule, p in states]
+    for depth in range(max((len(r.steps) for r in rules), default=0)):
+        wants = {}
+        for rule, p in states:
+            if depth < len(rule.steps):
+                for e in rule.steps[depth].extenders:
+                    wants.setdefault(_request(e), []).append([p.vars[v] for _, v in e.key])
+        got = lookup(wants) if wants else {}
+        states = [(rule, _extended(xp, rule.steps[depth], p, got, chunk_rows))
+                  if depth < len(rule.steps) else (rule, p) for rule, p in states]
+    cols = [xp.concat([p.vars[v] for _, p in states]) for v in query.head]
+    t = xp.concat([p.t for _, p in states])
+    d = xp.concat([p.d for _, p in states])
+    keys, d = consolidate(xp, cols + [t], d)
+    return keys[:-1], keys[-1], d
+
+
+def _request(e: cq.Extender) -> Request:
+    return Request(e.relation, tuple(k for k, _ in e.key), e.value, e.repeats, e.constants)
+
+
+def _seed(xp, rule: cq.DeltaRule, columns, t, d) -> _Prefixes:
+    keep = xp.ones(t.shape[0], dtype=xp.bool)
+    for k, x in rule.constants:
+        keep = xp.logical_and(keep, columns[k] == x)
+    first: dict = {}
+    for k, v in rule.columns:
+        if v in first:  # a repeated variable: equal values
+            keep = xp.logical_and(keep, columns[k] == columns[first[v]])
+        else:
+            first[v] = k
+    p = _Prefixes({v: columns[k] for v, k in first.items()}, t, d).take(xp, xp.nonzero(keep)[0])
+    return _consolidated(xp, _filtered(xp, p, rule.comparisons))
+
+
+def _validated(xp, rule: cq.DeltaRule, p: _Prefixes, got: dict) -> _Prefixes:
+    for val in rule.validators:
+        req = Request(val.relation, tuple(k for k, _ in val.columns), None, (), val.constants)
+        rows, prefix = _codes(xp, got[req][0], [p.vars[v] for _, v in val.columns],
+                              got[req][2].shape[0], p.t.shape[0])
+        zero = xp.zeros_like(rows)
+        index = build_timed_index(xp, rows, zero, got[req][2], got[req][3])
+        lo, hi = row_ranges(xp, index.csr, prefix)
+        m = multiplicity(xp, index, lo, hi, xp.zeros_like(prefix), p.t, val.reads)
+        p = _Prefixes(p.vars, p.t, multiply_diffs(xp, p.d, m))
+        p = p.take(xp, xp.nonzero(p.d != 0)[0])
+    return p
+
+
+def _extended(xp, step: cq.Extension, p: _Prefixes, got: dict, chunk_rows: int) -> _Prefixes:
+    indices, keys = [], []
+    for e in step.extenders:
+        key_cols, value, t, d = got[_request(e)]
+        rows, prefix = _codes(xp, key_cols, [p.vars[v] for _, v in e.key], t.shape[0],
+                              p.t.shape[0])
+        indices.append(build_timed_index(xp, rows, value, t, d))
+        keys.append(prefix)
+    reads = [e.reads for e in step.extenders]
+    parts = []
+    for lo, hi in _chunks(xp, indices, keys, chunk_rows):
+        parent, value, d = extend_as_of(xp, [k[lo:hi] for k in keys], p.t[lo:hi],
+                                        p.d[lo:hi], indices, reads)
+        grown = p.take(xp, parent + lo)
+        grown = _Prefixes(grown.vars | {step.var: value}, grown.t, d)
+        parts.append(_consolidated(xp, _filtered(xp, grown, step.comparisons)))
+    if not parts:
+        return _Prefixes(p.vars | {step.var: xp.zeros(0, dtype=xp.int64)}, p.t[:0], p.d[:0])
+    return _Prefixes({v: xp.concat([q.vars[v] for q in parts]) for v in parts[0].vars},
+                     xp.concat([q.t for q in parts]), xp.concat([q.d for q in parts]))
+
+
+def _chunks(xp, indices, keys, chunk_rows: int):
+    """[lo, hi) prefix ranges whose proposals (bounded by the least count) stay near
+    chunk_rows, so a hub does not blow up memory."""
+    n = keys[0].shape[0] if keys else 0
+    if n == 0:
+        return []
+    counts = [hi - lo for lo, hi in (row_ranges(xp, ix.csr, k) for ix, k in zip(indices, keys))]
+    least = counts[0]
+    for c in counts[1:]:
+        least = xp.minimum(least, c)
+    ends = xp.cumulative_sum(least)
+    cuts = xp.searchsorted(ends, xp.arange(chunk_rows, int(ends[-1]) + 1, chunk_rows,
+                                           dtype=ends.dtype), side="right")
+    bounds = sorted({0, n} | {int(c) for c in cuts if 0 < int(c) < n})
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def _filtered(xp, p: _Prefixes, comparisons) -> _Prefixes:
+    if not comparisons:
+        return p
+    keep = xp.ones(p.t.shape[0], dtype=xp.bool)
+    for c in comparisons:
+        a, b = (p.vars[x.name] if isinstance(x, cq.Var) else x.value for x in (c.left, c.right))
+        keep = xp.logical_and(keep, getattr(xp, _OPS[c.op])(a, b))
+    return p.take(xp, xp.nonzero(keep)[0])
+
+
+def _consolidated(xp, p: _Prefixes) -> _Prefixes:
+    names = list(p.vars)
+    keys, d = consolidate(xp, [p.vars[v] for v in names] + [p.t], p.d)
+    return _Prefixes(dict(zip(names, keys[:-1])), keys[-1], d)
+
+
+def _codes(xp, a_cols: list, b_cols: list, na: int, nb: int):
+    """One int64 code per row of two tables (na and nb rows) of key columns, equal iff the
+    rows are equal: the column itself for one, a dense rank of the rows for several, 0 for
+    none (an atom whose only variable is the one bound)."""
+    if len(a_cols) == 1:
+        return a_cols[0], b_cols[0]
+    if not a_cols:
+        return xp.zeros(na, dtype=xp.int64), xp.zeros(nb, dtype=xp.int64)
+    cols = [xp.concat([a, b]) for a, b in zip(a_cols, b_cols)]
+    perm = sort_by(xp, cols)
+    starts = group_starts(xp, [xp.take(c, perm) for c in cols])
+    n = cols[0].shape[0]
+    rank = xp.searchsorted(starts, xp.arange(n, dtype=xp.int64), side="right") - 1
+    rank = xp.take(rank, xp.argsort(perm))
+    return rank[:na], rank[na:]

@@ -1,0 +1,92 @@
+"""An as-of index over one relation's updates, for delta queries (DESIGN §6).
+
+A delta rule reads the atoms before its seed as of `time <= t` and those after it as of
+`time < t`, where t is each prefix's own time. The index keeps the updates (key, value,
+time, diff) sorted by (key, value, time) with running diff sums, so the multiplicity of
+(key, value) as of t is two binary searches and a subtraction, and a key's candidate values
+are one contiguous range (CSR over the key). Memory is linear in the updates indexed.
+"""
+from typing import NamedTuple
+
+from .consolidate import group_starts, sort_by
+from .csr import CSR, row_ranges
+from .diffs import multiply_diffs
+from .expand import parents
+from .intersect import lower_bound
+
+
+class TimedIndex(NamedTuple):
+    csr: CSR  # keys; offsets; targets = values, ascending within a key
+    times: object  # int64, ascending within each (key, value)
+    diffs: object  # int64
+    running: object  # int64, len n + 1: running[i] = sum(diffs[:i])
+
+
+def build_timed_index(xp, key, value, time, diff):
+    """The index of updates (key[i], value[i], time[i], diff[i]), in any order."""
+    perm = sort_by(xp, [key, value, time])
+    key, value, time, diff = (xp.take(a, perm) for a in (key, value, time, diff))
+    starts = group_starts(xp, [key])
+    end = xp.asarray([key.shape[0]], dtype=xp.int64)
+    csr = CSR(xp.take(key, starts), xp.concat([starts, end]), value)
+    return TimedIndex(csr, time, diff, xp.cumulative_sum(diff, include_initial=True))
+
+
+def visible(xp, times, t, reads):
+    """Whether updates at `times` are read by prefixes at `t`: "new" reads time <= t,
+    "old" reads time < t."""
+    return times <= t if reads == "new" else times < t
+
+
+def multiplicity(xp, index, lo, hi, value, t, reads):
+    """For each query j: the summed diffs of the updates (key_j, value[j]) with a time
+    visible at t[j], where [lo[j], hi[j]) is key_j's range (row_ranges)."""
+    low = xp.full_like(t, -(2**63))
+    cut = t + 1 if reads == "new" else t  # first invisible time; t < 2**63 - 1 (finite)
+    pair = (index.csr.targets, index.times)
+    _, first = lower_bound(xp, pair, lo, hi, (value, low))
+    _, stop = lower_bound(xp, pair, lo, hi, (value, cut))
+    return xp.take(index.running, stop) - xp.take(index.running, first)
+
+
+def extend_as_of(xp, keys, t, diff, indices, reads):
+    """Bind one variable for n prefixes (prefix r at time t[r] with diff[r]) through k
+    extenders: extender j's updates are indices[j], its key for prefix r is keys[j][r], and
+    it reads as of reads[j] ("new" or "old").
+
+    Count: each extender's number of updates under the key (an upper bound on its
+    candidates; 0 rules the prefix out). Propose: the smallest, ties to the lowest j, emits
+    its visible updates. Validate: every other extender multiplies by its multiplicity of
+    the proposed value as of t. Returns (parent, value, diff) with zero diffs dropped; the
+    same (parent, value) may occur several times (one per proposing update): summing them
+    (consolidation) gives prefix diff x the product of the multiplicities.
+    """
+    if not indices:
+        raise ValueError("extend_as_of needs at least one extender")
+    ranges = [row_ranges(xp, ix.csr, k) for ix, k in zip(indices, keys)]
+    counts = xp.stack([hi - lo for lo, hi in ranges], axis=1)
+    live = xp.nonzero(xp.min(counts, axis=1) > 0)[0]
+    winner = xp.argmin(xp.take(counts, live, axis=0), axis=1)
+    out = [[], [], []]
+    for j, ix in enumerate(indices):
+        rows = xp.take(live, xp.nonzero(winner == j)[0])
+        lo, hi = (xp.take(a, rows) for a in ranges[j])
+        local = parents(xp, hi - lo)
+        first_out = xp.cumulative_sum(hi - lo, include_initial=True)[:-1]
+        pos = xp.take(lo - first_out, local) + xp.arange(local.shape[0], dtype=xp.int64)
+        parent = xp.take(rows, local)
+        keep = xp.nonzero(visible(xp, xp.take(ix.times, pos), xp.take(t, parent), reads[j]))[0]
+        parent, pos = xp.take(parent, keep), xp.take(pos, keep)
+        value = xp.take(ix.csr.targets, pos)
+        d = multiply_diffs(xp, xp.take(diff, parent), xp.take(ix.diffs, pos))
+        for i, other in enumerate(indices):
+            if i == j:
+                continue
+            lo_i, hi_i = (xp.take(a, parent) for a in ranges[i])
+            m = multiplicity(xp, other, lo_i, hi_i, value, xp.take(t, parent), reads[i])
+            d = multiply_diffs(xp, d, m)
+            keep = xp.nonzero(d != 0)[0]  # shrink before the next validator
+            parent, value, d = (xp.take(a, keep) for a in (parent, value, d))
+        for col, a in zip(out, (parent, value, d)):
+            col.append(a)
+    return tuple(xp.concat(col) for col in out)

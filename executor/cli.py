@@ -2,6 +2,7 @@
 
     python -m executor run PLAN.py --input NAME=PATH ... --output DIR
            [--conf cpu|gpu|FILE] [--conf key=value ...] [--steps K] [--upto T] [--no-optimize]
+           [--state STATE_DIR]
     python -m executor explain PLAN.py [--no-optimize]
     python -m executor demo [--events N] [--steps K] [--conf ...]
     python -m executor triangles --edges PATH [--output DIR] [--steps K] [--conf ...]
@@ -22,6 +23,12 @@ temporal filter's future retraction) is emitted. The output is the same for ever
 step goes to upto=T, the inputs stay open, and the output holds the changes at times < T.
 Each output is written to DIR/NAME/ as Parquet (overwritten): its record columns, `time` and
 `diff`, consolidated.
+
+With `--state STATE_DIR` every step is committed to the state directory (executor/state.py)
+before the next starts; a run started again on it (after a crash, say) recognises the steps
+already committed, skips them (`step i/K upto=T seconds=S skipped (committed)`), runs the
+rest and writes the outputs from the committed state, so the output directory is the same
+as an uninterrupted run's.
 
 Choices:
 - A declared input given no `--input` is an empty input (a note says so on stdout): plans
@@ -57,7 +64,7 @@ from plans.optimizer import optimize as optimize_plan
 from plans.ir import PlanError
 
 from .config import ConfigError, load_conf
-from .errors import InputError, StepError
+from .errors import InputError, StateError, StepError
 
 EXIT_ERROR = 2
 
@@ -93,6 +100,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--no-optimize", dest="optimize", action="store_false",
                    help="run the plan as written (no optimizer)")
     r.add_argument("--spark-log", default=None, metavar="FILE|-", help=log_help)
+    r.add_argument("--state", default=None, metavar="STATE_DIR",
+                   help="commit every step to STATE_DIR and resume from it (durable run)")
     r.set_defaults(func=cmd_run)
 
     e = verbs.add_parser("explain", help="print a plan before and after optimization",
@@ -260,7 +269,7 @@ def cmd_run(args) -> int:
 
     with spark_log(args.spark_log), _starting_spark():
         from .runner import Runner  # imports pyspark: only for verbs that run
-        runner = Runner(flow, conf=conf, optimize=args.optimize)
+        runner = Runner(flow, conf=conf, optimize=args.optimize, state=args.state)
     try:
         with _spark_errors(lambda e: StepError(f"run refused: {e}")):
             run_plan(runner, paths, args.output, args.steps, args.upto)
@@ -324,6 +333,7 @@ def run_plan(runner, paths: dict[str, str], output: str, steps: int = 1,
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
+    from .state import crash_point
     from .time import TIME
     from .updates import normalise, read_source
 
@@ -331,8 +341,8 @@ def run_plan(runner, paths: dict[str, str], output: str, steps: int = 1,
     for name, path in paths.items():
         schema = runner.input_schemas[name]
         with _spark_errors(lambda e: InputError(name, "-", "cannot be read", e)):
-            df = normalise(name, read_source(runner.spark, name, path, schema), schema,
-                           runner.frontier, None)
+            # from time 0: a resumed runner (frontier > 0) repeats its committed steps
+            df = normalise(name, read_source(runner.spark, name, path, schema), schema, 0, None)
             if upto is not None:
                 df = df.where(F.col(TIME) < upto)
             frames[name] = df.persist(StorageLevel.MEMORY_AND_DISK) if steps > 1 else df
@@ -344,10 +354,12 @@ def run_plan(runner, paths: dict[str, str], output: str, steps: int = 1,
         updates = {name: df.where((F.col(TIME) >= lower) & (F.col(TIME) < hi))
                    for name, df in frames.items()}
         result = runner.step(updates, upto=hi)
-        print(f"step {i}/{len(bounds)} upto={hi} seconds={result.seconds:.2f}", flush=True)
+        print(f"step {i}/{len(bounds)} upto={hi} seconds={result.seconds:.2f}"
+              f"{' skipped (committed)' if result.skipped else ''}", flush=True)
     if upto is None:
         result = runner.close()
-        print(f"close upto=inf seconds={result.seconds:.2f}", flush=True)
+        print(f"close upto=inf seconds={result.seconds:.2f}"
+              f"{' skipped (committed)' if result.skipped else ''}", flush=True)
     for df in frames.values():
         df.unpersist()
 
@@ -358,6 +370,7 @@ def run_plan(runner, paths: dict[str, str], output: str, steps: int = 1,
             out.write.mode("overwrite").parquet(target)
             count = runner.spark.read.parquet(target).count()
         print(f"wrote {target} ({count} changes)", flush=True)
+        crash_point("output:after-write", list(runner.plan).index(name) + 1)
 
 
 def _distinct_times(frames, steps: int) -> list[int]:
@@ -454,7 +467,7 @@ def _stop(spark) -> None:
 
 
 # ---------------------------------------------------------------------------- entry point
-ERRORS = (CliError, ConfigError, InputError, PlanError, StepError)
+ERRORS = (CliError, ConfigError, InputError, PlanError, StateError, StepError)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

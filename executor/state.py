@@ -304,22 +304,26 @@ class Store:
                           "pending": fid(pending[name])} for name in logs}
         schemas = {**self.schemas, **{n: df.schema.json() for n, df in writes.items()}}
         frames = {f: schemas[f] for f in used}
-        crash_point("commit:before-data", step)
-        self._write(writes)
-        crash_point("commit:after-data", step)
-        history = (self.manifest["history"] if self.manifest else [])[:step - 1] + [record]
-        manifest = {"format": FORMAT, "version": VERSION, "plan": self.plan,
-                    "steps": step, "frontier": frontier, "closed": closed,
-                    "history": history, "state": entries, "outputs": outputs,
-                    "frames": frames}
-        tmp = os.path.join(self.dir, MANIFEST + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(manifest, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        crash_point("commit:before-rename", step)
-        os.replace(tmp, os.path.join(self.dir, MANIFEST))
-        _fsync_dir(self.dir)
+        try:
+            crash_point("commit:before-data", step)
+            self._write(writes)
+            crash_point("commit:after-data", step)
+            history = (self.manifest["history"] if self.manifest else [])[:step - 1] + [record]
+            manifest = {"format": FORMAT, "version": VERSION, "plan": self.plan,
+                        "steps": step, "frontier": frontier, "closed": closed,
+                        "history": history, "state": entries, "outputs": outputs,
+                        "frames": frames}
+            tmp = os.path.join(self.dir, MANIFEST + ".tmp")
+            with open(tmp, "w") as f:
+                json.dump(manifest, f, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+            crash_point("commit:before-rename", step)
+            os.replace(tmp, os.path.join(self.dir, MANIFEST))
+            _fsync_dir(self.dir)
+        except OSError as e:
+            raise StateError(f"state {self.dir}: step {step} not committed, nothing changed: "
+                             f"{e}") from None
         self.manifest, self.replayed, self.schemas = manifest, len(history), frames
         crash_point("commit:after-rename", step)
         self.frames = {i: (df, f) for i, (df, f) in self.frames.items() if f in frames}

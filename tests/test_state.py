@@ -1,0 +1,217 @@
+"""Durable state (executor/state.py): a runner on a state directory that is dropped, or dies
+at any point of a commit, and is resumed gives the reference interpreter's answer; the lock
+refuses a second runner; garbage collection keeps exactly what the manifest names."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import ROOT, outputs_rows, updates_df
+from executor import InputError, Runner
+from executor import state as durable
+from executor.errors import StateError
+from executor.reference import reference
+from plans import Dataflow
+
+E, N = "src BIGINT, dst BIGINT", "node BIGINT, w BIGINT"
+HORIZON = 6
+OUTPUTS = ["join", "live", "window"]
+
+
+def flow() -> Dataflow:
+    """Traces (join), a reduction with pending future updates (live) and an output with
+    pending future changes (window)."""
+    f = Dataflow()
+    e, n = f.input("e", E), f.input("n", N)
+    f.output("join", e.arrange_by_key("src").join(n.map("node AS src", "w"), on=["src"]))
+    f.output("live", e.temporal_filter(lower="src", upper="dst").count(by=["src"]))
+    f.output("window", e.temporal_filter(lower="src", upper="dst"))
+    return f
+
+
+def feed(spark, runner, inputs, cuts):
+    """Step to each of `cuts` (from time 0, as a restarted driver does), then close."""
+    lo, results = 0, []
+    for upto in cuts:
+        batch = {n: updates_df(spark, ddl, [u for u in ups if lo <= u[1] < upto])
+                 for n, (ddl, ups) in inputs.items()}
+        results.append(runner.step(batch, upto=upto))
+        lo = upto
+    results.append(runner.close())
+    return results
+
+
+def expected(spark, inputs):
+    return reference(spark, flow().outputs, {n: ups for n, (_, ups) in inputs.items()})
+
+
+def data_files(state_dir):
+    return set(os.listdir(os.path.join(state_dir, "data")))
+
+
+def manifest(state_dir):
+    with open(os.path.join(state_dir, "manifest.json")) as f:
+        return json.load(f)
+
+
+node = st.integers(0, 3)
+edge = st.tuples(st.tuples(node, st.integers(0, HORIZON)), st.integers(0, HORIZON - 1),
+                 st.sampled_from([-1, 1, 1, 2]))
+weight = st.tuples(st.tuples(node, st.integers(-3, 3)), st.integers(0, HORIZON - 1),
+                   st.sampled_from([-1, 1, 2]))
+
+
+@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+@given(edges=st.lists(edge, min_size=1, max_size=10), weights=st.lists(weight, max_size=6),
+       cuts=st.sets(st.integers(1, HORIZON - 1), min_size=1, max_size=1),
+       data=st.data())
+def test_resume_equals_reference(spark, conf, tmp_path_factory, edges, weights, cuts, data):
+    """Drop the runner after k committed steps, resume on the same directory and repeat the
+    driver from the start: committed steps are skipped, the rest run, the answer is the
+    reference's (so the same as an uninterrupted run's)."""
+    cuts = sorted(cuts) + [HORIZON]
+    k = data.draw(st.integers(1, len(cuts)))
+    inputs = {"e": (E, edges), "n": (N, weights)}
+    where = str(tmp_path_factory.mktemp("state"))
+    first = Runner(flow(), conf=conf, spark=spark, state=where)
+    lo = 0
+    for upto in cuts[:k]:
+        first.step({n: updates_df(spark, ddl, [u for u in ups if lo <= u[1] < upto])
+                    for n, (ddl, ups) in inputs.items()}, upto=upto)
+        lo = upto
+    first.release_state()
+
+    again = Runner(flow(), conf=conf, spark=spark, state=where)
+    assert (again.steps, again.frontier) == (k, cuts[k - 1])
+    results = feed(spark, again, inputs, cuts)
+    assert [r.skipped for r in results] == [i < k for i in range(len(cuts) + 1)]
+    assert [r.step for r in results] == list(range(1, len(cuts) + 2))
+    assert outputs_rows(again, OUTPUTS) == expected(spark, inputs)
+    assert data_files(where) == set(manifest(where)["frames"])
+    again.release_state()
+
+
+EDGES = [((0, 3), 0, 1), ((1, 4), 0, 1), ((2, 5), 1, 2), ((1, 4), 2, -1), ((0, 2), 3, 1),
+         ((3, 5), 3, -1), ((2, 6), 4, 1), ((0, 3), 5, -1)]
+WEIGHTS = [((0, 5), 0, 1), ((1, -2), 1, 1), ((2, 7), 2, 1), ((0, 5), 4, -1), ((3, 1), 5, 2)]
+INPUTS = {"e": (E, EDGES), "n": (N, WEIGHTS)}
+CUTS = [1, 2, 3, 4, HORIZON]
+
+
+class Crash(BaseException):
+    """What the crash hook raises in-process instead of SIGKILL (nothing catches it)."""
+
+
+CRASHES = {  # cuts, crash points (POINT@STEP; the close is the last step), committed after each
+    "default": ([2, 4, HORIZON], ["commit:after-data@2", "commit:before-rename@3",
+                                  "commit:after-rename@4"], [1, 2, 4]),
+    "every point": (CUTS, ["commit:before-data@2", "commit:after-data@3",
+                           "commit:before-rename@4", "commit:after-rename@5",
+                           "commit:before-rename@6"], [1, 2, 3, 5, 5]),
+}
+
+
+@pytest.mark.parametrize("case", [
+    "default", pytest.param("every point", marks=pytest.mark.slow)])
+def test_dies_at_commit_points_and_resumes(spark, conf, tmp_path, monkeypatch, case):
+    """The driver dies (in-process stand-in for SIGKILL) at points of the commit protocol in
+    turn, on different steps; each time a new runner resumes from the directory and repeats
+    the driver from the start. Final outputs equal the reference; every crash left the last
+    committed step intact and its leftovers were collected."""
+    def die():
+        raise Crash()
+
+    cuts, points, want = CRASHES[case]
+    monkeypatch.setattr(durable, "_die", die)
+    where = str(tmp_path / "state")
+    committed = []
+    for point in points + [None]:
+        if point:
+            monkeypatch.setenv(durable.CRASH_ENV, point)
+        else:
+            monkeypatch.delenv(durable.CRASH_ENV)
+        runner = Runner(flow(), conf=conf, spark=spark, state=where)
+        assert runner.steps == (committed[-1] if committed else 0)
+        assert data_files(where) == (set(manifest(where)["frames"]) if committed else set())
+        try:
+            feed(spark, runner, INPUTS, cuts)
+        except Crash:
+            step = int(point.rsplit("@", 1)[1])
+            assert runner.steps == step - 1  # the runner's own fields never moved
+            committed.append(step if point.startswith("commit:after-rename") else step - 1)
+            runner.release_state()
+            continue
+        assert outputs_rows(runner, OUTPUTS) == expected(spark, INPUTS)
+        runner.release_state()
+    assert committed == want
+
+
+def test_lock_refuses_a_second_runner(spark, conf, tmp_path):
+    where = str(tmp_path / "state")
+    first = Runner(flow(), conf=conf, spark=spark, state=where)
+    with pytest.raises(StateError, match=rf"locked by pid {os.getpid()} on host \S+.*one runner"):
+        Runner(flow(), conf=conf, spark=spark, state=where)
+    first.release_state()
+    Runner(flow(), conf=conf, spark=spark, state=where).release_state()
+
+    # another process holds it; once that process is dead (SIGKILL), its lock is taken over
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from executor.state import Lock; "
+         f"Lock({where!r}); print('held', flush=True); time.sleep(600)"],
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(StateError, match=f"locked by pid {holder.pid}"):
+            Runner(flow(), conf=conf, spark=spark, state=where)
+    finally:
+        holder.kill()
+        holder.wait()
+    Runner(flow(), conf=conf, spark=spark, state=where).release_state()
+
+
+def test_gc_keeps_what_the_manifest_names(spark, conf, tmp_path, monkeypatch):
+    where = str(tmp_path / "state")
+    runner = Runner(flow(), conf=conf, spark=spark, state=where)
+    lo = 0
+    for upto in CUTS[:3]:
+        runner.step({n: updates_df(spark, ddl, [u for u in ups if lo <= u[1] < upto])
+                     for n, (ddl, ups) in INPUTS.items()}, upto=upto)
+        lo = upto
+        assert data_files(where) == set(manifest(where)["frames"])
+    runner.release_state()
+    stray = os.path.join(where, "data", "0123456789abcdef")
+    os.makedirs(stray)
+    open(os.path.join(stray, "part-0.parquet"), "w").close()
+    open(os.path.join(where, "manifest.json.tmp"), "w").close()
+    before = manifest(where)
+    again = Runner(flow(), conf=conf, spark=spark, state=where)
+    assert not os.path.exists(stray) and not os.path.exists(where + "/manifest.json.tmp")
+    assert manifest(where) == before and data_files(where) == set(before["frames"])
+    again.release_state()
+
+
+def test_resume_refuses_other_inputs_plans_and_steps(spark, conf, tmp_path):
+    where = str(tmp_path / "state")
+    runner = Runner(flow(), conf=conf, spark=spark, state=where)
+    runner.step({"e": updates_df(spark, E, [((1, 2), 0, 1)])}, upto=2)
+    runner.release_state()
+    before = (manifest(where), data_files(where))
+
+    again = Runner(flow(), conf=conf, spark=spark, state=where)
+    with pytest.raises(InputError, match="input 'e', column '-': differs from the input "
+                                         "committed at step 1"):
+        again.step({"e": updates_df(spark, E, [((1, 3), 0, 1)])}, upto=2)
+    with pytest.raises(StateError, match="step 1 was committed with upto=2"):
+        again.step({"e": updates_df(spark, E, [((1, 2), 0, 1)])}, upto=1)
+    again.release_state()
+    other = Dataflow()
+    other.output("e", other.input("e", E).map("src"))
+    with pytest.raises(StateError, match="different plan"):
+        Runner(other, conf=conf, spark=spark, state=where)
+    assert (manifest(where), data_files(where)) == before

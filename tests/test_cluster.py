@@ -1,0 +1,245 @@
+"""A real multi-process Spark cluster: a standalone master and one worker on 127.0.0.1 from
+the pinned pip pyspark, jobs sent with `spark-submit --master spark://...` and the project's
+code shipped as `--py-files` (a zip of executor/, plans/, gpu_kernels/; the executors have no
+other copy of it). Results must equal local mode and a count known independently.
+
+The daemons and everything they start (executor JVMs, Python workers) run in their own
+process groups, which the fixture's finalizer stops whatever happens.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, rows_of
+
+PACKAGES = ("executor", "plans", "gpu_kernels")
+SUBMIT_TIMEOUT = 300  # a loaded 2-core machine: JVM starts take tens of seconds
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ship_zip(dest: Path) -> Path:
+    """The project's Python packages as one zip for --py-files (sources only)."""
+    with zipfile.ZipFile(dest, "w") as z:
+        for pkg in PACKAGES:
+            for path in sorted((ROOT / pkg).rglob("*.py")):
+                z.write(path, path.relative_to(ROOT).as_posix())
+    return dest
+
+
+class Cluster:
+    """A standalone master and worker started with spark-class; stop() ends both groups."""
+
+    def __init__(self, base: Path):
+        import pyspark
+
+        self.home = Path(pyspark.__file__).parent
+        self.base = base
+        self.procs: list[subprocess.Popen] = []
+        (base / "conf").mkdir()  # an empty SPARK_CONF_DIR: no stray spark-defaults.conf
+        self.env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        self.env.update(SPARK_HOME=str(self.home), SPARK_CONF_DIR=str(base / "conf"),
+                        SPARK_LOCAL_IP="127.0.0.1", SPARK_DAEMON_MEMORY="256m",
+                        SPARK_LOG_DIR=str(base / "logs"), SPARK_WORKER_DIR=str(base / "work"),
+                        SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false",
+                        PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+        self.url = f"spark://127.0.0.1:{free_port()}"
+
+    def _daemon(self, name: str, args: list[str], ready: str) -> None:
+        log = self.base / f"{name}.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen([str(self.home / "bin" / "spark-class"), *args], env=self.env,
+                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        self.procs.append(proc)
+        deadline = time.monotonic() + 120
+        while ready not in log.read_text(errors="replace"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = log.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"standalone {name} did not start:\n{tail}")
+            time.sleep(0.5)
+
+    def start(self) -> "Cluster":
+        port = self.url.rsplit(":", 1)[1]
+        self._daemon("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                                "--port", port, "--webui-port", str(free_port())],
+                     "I have been elected leader")
+        self._daemon("worker", ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                                "--cores", "2", "--memory", "2g",
+                                "--webui-port", str(free_port()),
+                                "--work-dir", str(self.base / "work"), self.url],
+                     "Successfully registered with master")
+        return self
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):  # jobs, then the worker (and executors), master
+            for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    proc.wait(wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+
+    def submit(self, *args: str) -> subprocess.Popen:
+        """Start `spark-submit executor/__main__.py ARGS` against this cluster, from a folder
+        outside the repository, with the code shipped as --py-files; one core per job, so
+        two jobs run at once."""
+        cmd = [str(self.home / "bin" / "spark-submit"), "--master", self.url,
+               "--driver-memory", "1g", "--executor-memory", "768m",
+               "--conf", "spark.cores.max=1", "--conf", "spark.executor.cores=1",
+               "--conf", "spark.ui.enabled=false",
+               "--py-files", str(self.base / "diffspark.zip"),
+               str(ROOT / "executor" / "__main__.py"), *args,
+               "--conf", "diffspark.partitions=2", "--spark-log", "-"]
+        name = f"job{len(self.procs)}"
+        with open(self.base / f"{name}.out", "w") as out, open(self.base / f"{name}.err", "w") as err:
+            proc = subprocess.Popen(cmd, cwd=self.base, env=self.env, stdout=out, stderr=err,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        proc.logs = (self.base / f"{name}.out", self.base / f"{name}.err")
+        self.procs.append(proc)
+        return proc
+
+
+def finished(proc: subprocess.Popen) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of a submitted job (logs in files: no pipe to fill)."""
+    proc.wait(timeout=SUBMIT_TIMEOUT)
+    out, err = (path.read_text(errors="replace") for path in proc.logs)
+    return proc.returncode, out, err
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    base = tmp_path_factory.mktemp("cluster")
+    ship_zip(base / "diffspark.zip")
+    c = Cluster(base)
+    try:
+        yield c.start()
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def jobs(cluster):
+    """Both jobs submitted at once (the JVM starts overlap); each test waits for its own."""
+    from benchmarks.rmat import rmat_edges, write_edges
+
+    src, dst = rmat_edges(3000, seed=1)
+    write_edges(src, dst, cluster.base / "rmat3k.txt")
+    (cluster.base / "copies_plan.py").write_text(KERNEL_PLAN)
+    (cluster.base / "xs.csv").write_text(
+        "n,time,diff\n" + "".join(f"{r[0]},{t},{d}\n" for r, t, d in KERNEL_UPDATES))
+    return {
+        "edges": list(zip(src.tolist(), dst.tolist())),
+        "triangles": cluster.submit("triangles", "--edges", str(cluster.base / "rmat3k.txt")),
+        "kernel": cluster.submit("run", str(cluster.base / "copies_plan.py"),
+                                 "--input", f"xs={cluster.base / 'xs.csv'}",
+                                 "--output", str(cluster.base / "out"), "--steps", "2"),
+    }
+
+
+def brute_force_triangles(edges: list[tuple[int, int]]) -> int:
+    """Triangles of an undirected simple graph by neighbour sets, for a known answer."""
+    adj: dict[int, set[int]] = {}
+    for a, b in edges:
+        if a != b:
+            adj.setdefault(a, set()).add(b)
+            adj.setdefault(b, set()).add(a)
+    return sum(1 for a in adj for b in adj[a] if a < b for c in adj[a] & adj[b] if b < c)
+
+
+def test_zip_holds_every_package(tmp_path):
+    names = zipfile.ZipFile(ship_zip(tmp_path / "d.zip")).namelist()
+    assert {f"{pkg}/__init__.py" for pkg in PACKAGES} <= set(names)
+    assert "executor/cli.py" in names and "gpu_kernels/wcoj.py" in names
+    assert all(n.endswith(".py") for n in names)
+
+
+def test_flagship_triangles_on_the_cluster_equal_local_mode(cluster, jobs, spark, conf):
+    """`triangles --edges` on an R-MAT graph of 3,000 edges: the executors read the file,
+    the driver counts; the printed count equals local mode and a brute-force count."""
+    from executor.triangles import triangles_main
+
+    status, out, err = finished(jobs["triangles"])
+    assert status == 0, err[-3000:]
+    local = triangles_main(spark, conf, str(cluster.base / "rmat3k.txt"), 1, None, "numpy")
+    known = brute_force_triangles(jobs["edges"])
+    assert out.splitlines()[-1] == local[-1] == f"triangles={known}"
+    assert known > 1000
+
+
+KERNEL_PLAN = '''
+def copies(xp, cols):  # each row n times (the README's kernel example)
+    from gpu_kernels.expand import parents
+    parent = parents(xp, xp.astype(cols["n"], xp.int64))
+    return {"parent": parent, "n": xp.take(cols["n"], parent)}
+
+
+def build(flow):
+    flow.output("copies", flow.input("xs", "n BIGINT").join_function(kernel=copies,
+                                                                     schema="n BIGINT"))
+'''
+KERNEL_UPDATES = [((1,), 0, 1), ((2,), 0, 1), ((0,), 0, 3), ((3,), 1, 2), ((2,), 2, -1),
+                  ((5,), 2, 1), ((1,), 3, 1), ((3,), 3, -2)]
+
+
+def test_kernel_plan_runs_on_the_executors_from_the_shipped_zip(cluster, jobs, spark, conf):
+    """`run` of a plan with an array kernel in 2 steps: mapInArrow runs in Python workers on
+    the executor, which import executor/ and gpu_kernels/ from the --py-files zip only. The
+    output equals local mode (same plan, this session) and the reference interpreter."""
+    from executor import Runner
+    from executor.cli import load_plan, run_plan
+    from executor.reference import reference
+
+    status, out, err = finished(jobs["kernel"])
+    assert status == 0, err[-3000:]
+    assert "step 2/2" in out
+
+    plan, data = cluster.base / "copies_plan.py", cluster.base / "xs.csv"
+    flow = load_plan(str(plan))
+    run_plan(Runner(flow, conf=conf, spark=spark), {"xs": str(data)},
+             str(cluster.base / "local"), steps=2)
+    on_cluster = rows_of(spark.read.parquet(str(cluster.base / "out" / "copies")))
+    local = rows_of(spark.read.parquet(str(cluster.base / "local" / "copies")))
+    want = reference(spark, flow.outputs, {"xs": KERNEL_UPDATES})["copies"]
+    assert on_cluster == local == want
+    assert any(d < 0 for _, _, d in want)  # retractions made it through
+
+
+def _counts(lines: list[str]) -> list[str]:
+    """The stream demo's lines without latency and memory (which differ run to run)."""
+    return [line.split(" seconds=")[0] for line in lines
+            if line.startswith(("time=", "check:"))]
+
+
+@pytest.mark.slow
+def test_flagship_stream_on_the_cluster_equals_local_mode(cluster, jobs, spark, conf, capsys):
+    """`triangles --stream 1`: the graph loaded, then one step of 40 random changes through
+    the incremental dataflow on the executors; every printed count equals local mode."""
+    from executor.triangles import stream_demo
+
+    path = cluster.base / "rmat3k.txt"
+    status, out, err = finished(cluster.submit("triangles", "--edges", str(path),
+                                               "--stream", "1", "--batch", "40"))
+    assert status == 0, err[-3000:]
+    capsys.readouterr()
+    stream_demo(spark, conf, str(path), 1, 40, 7)
+    local = _counts(capsys.readouterr().out.splitlines())
+    assert _counts(out.splitlines()) == local
+    assert len(local) == 3 and local[-1].endswith("(OK)")

@@ -54,6 +54,12 @@ def test_gpu_profile_names_plugin_resources_and_jar(jar_env):
     assert conf["spark.rapids.sql.python.gpu.enabled"] == "true"
     assert conf["spark.jars"] == JAR
     assert conf["spark.executorEnv.PYTHONPATH"] == JAR
+    # mapInArrow kernels on the GPU: the plugin's Python worker and its GPU memory share
+    assert conf["spark.rapids.sql.exec.MapInArrowExec"] == "true"
+    assert conf["spark.submit.pyFiles"] == JAR
+    python_gpu = float(conf["spark.rapids.python.memory.gpu.maxAllocFraction"])
+    assert 0 < float(conf["spark.rapids.python.memory.gpu.allocFraction"]) <= python_gpu
+    assert python_gpu + float(conf["spark.rapids.memory.gpu.maxAllocFraction"]) <= 1
     assert float(conf["spark.executor.resource.gpu.amount"]) == 1
     task = float(conf["spark.task.resource.gpu.amount"])
     assert 0 < task <= 1
@@ -101,7 +107,8 @@ def test_empty_variable_counts_as_unset(monkeypatch):
 def test_override_stands_in_for_missing_variable(monkeypatch):
     monkeypatch.delenv("RAPIDS_PLUGIN_JAR", raising=False)
     conf = load_conf(
-        "gpu", ["spark.jars=/j.jar", "spark.executorEnv.PYTHONPATH=/j.jar"]
+        "gpu", ["spark.jars=/j.jar", "spark.executorEnv.PYTHONPATH=/j.jar",
+                "spark.submit.pyFiles=/j.jar"]
     )
     assert conf["spark.jars"] == "/j.jar"
 

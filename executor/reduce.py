@@ -83,8 +83,12 @@ def delta(node: ir.Reduce, view: View, pending, frontier: int, upto, time_cols, 
         pending = incoming.where(F.col(TIME) >= upto)
     kq = list(map(q, keys))
     same = equality(empty)
-    if node.reduction.kind == "count":
-        return _counts(view, ready, frontier, kq, same), pending
+    kind = node.reduction.kind
+    if kind == "count" or (kind in ("distinct", "threshold") and keys == records):
+        running = _running(view, ready, frontier, kq, same)
+        if kind == "count":
+            return _counts(running, kq), pending
+        return _thresholded(running, kq, node.reduction), pending
     grid = ready.select(*kq, F.col(TIME).alias(GT)).distinct()
     grid = grid.union(grid.select(*kq).distinct().withColumn(GT, F.lit(frontier - 1)))
     grid = grid.withColumn(NEXT, F.lead(GT).over(Window.partitionBy(*kq).orderBy(GT)))
@@ -103,11 +107,13 @@ def delta(node: ir.Reduce, view: View, pending, frontier: int, upto, time_cols, 
     return _emit(out, grid, keys, out_records, frontier, same), pending
 
 
-def _counts(view: View, ready: DataFrame, frontier: int, kq: list[str], same) -> DataFrame:
-    """count's fast path: a key's count is a running sum of its diffs over time, so neither
-    records nor a grid are needed. The old batches (semi-joined with the touched keys) give
-    each key's count at F-1, the step's updates its changes; one window emits, at each
-    time, the new count (+1) and the previous one (-1)."""
+def _running(view: View, ready: DataFrame, frontier: int, kq: list[str], same) -> DataFrame:
+    """Per key and time of the step's changes: the key's summed multiplicity then (`count`)
+    and at its previous time (`__prev`, null before its first). The old batches
+    (semi-joined with the touched keys) give each key's sum at F-1, the step's updates its
+    changes; one window runs the sums. No grid, no history join: the fast path of the
+    reductions that depend only on a key's total (count; distinct and threshold, whose key
+    is the whole record)."""
     changes = ready.groupBy(*kq, TIME).agg(F.sum(DIFF).alias(M)).where(F.col(M) != 0)
     rows = changes
     if view.old:
@@ -120,12 +126,28 @@ def _counts(view: View, ready: DataFrame, frontier: int, kq: list[str], same) ->
     w = Window.partitionBy(*kq).orderBy(TIME)
     now = F.sum(M).over(w.rowsBetween(Window.unboundedPreceding, 0))
     running = rows.withColumn("count", now).withColumn("__prev", F.lag("count").over(w))
+    return running.where(F.col(TIME) >= frontier)
+
+
+def _counts(running: DataFrame, kq: list[str]) -> DataFrame:
+    """count: at each time the new count (+1) and the previous one (-1), zeros left out."""
     signed = F.array_compact(F.array(
         F.when(F.col("count") != 0, F.struct(F.col("count"), F.lit(1).cast("bigint").alias(DIFF))),
         F.when(F.col("__prev") != 0, F.struct(F.col("__prev").alias("count"),
                                               F.lit(-1).cast("bigint").alias(DIFF)))))
-    return (running.where(F.col(TIME) >= frontier)
-            .select(*kq, F.inline(signed), F.col(TIME)).select(*kq, "count", TIME, DIFF))
+    return running.select(*kq, F.inline(signed), F.col(TIME)).select(*kq, "count", TIME, DIFF)
+
+
+def _thresholded(running: DataFrame, kq: list[str], red: ir.Reduction) -> DataFrame:
+    """distinct / threshold of whole records: a record's multiplicity is f(count) while it
+    is present (0 otherwise), emitted as f(now) - f(previous) where they differ."""
+    present, value = ("count > 0", "1") if red.kind == "distinct" else \
+        ("count <> 0", f"CAST(({red.expr}) AS BIGINT)")
+    f = f"CASE WHEN {present} THEN {value} ELSE 0 END"
+    now = running.selectExpr(*kq, TIME, "__prev", f"{f} AS __now")
+    prev = now.select(*kq, TIME, "__now", F.coalesce("__prev", F.lit(0)).alias("count"))
+    return (prev.selectExpr(*kq, TIME, f"__now - ({f}) AS {DIFF}")
+            .where(F.col(DIFF) != 0))
 
 
 def _emit(out: DataFrame, grid: DataFrame, keys: list[str], out_records, frontier: int,

@@ -7,6 +7,7 @@
     python -m executor demo [--events N] [--steps K] [--conf ...]
     python -m executor triangles --edges PATH [--output DIR] [--steps K] [--conf ...]
                                  [--stream K --batch B --seed S]
+    python -m executor gpu-check [--conf KEY=VALUE ...]
 
 PLAN.py is a Python file defining `build(flow)`, which declares inputs and outputs on a
 `plans.Dataflow`. It is loaded from its path (it need not be importable); functions it defines
@@ -78,7 +79,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m executor",
         description="diffspark: differential dataflow on Apache Spark.")
-    verbs = p.add_subparsers(dest="verb", required=True, metavar="{run,explain,demo}")
+    verbs = p.add_subparsers(dest="verb", required=True,
+                             metavar="{run,explain,demo,triangles,gpu-check}")
 
     conf_help = ("cpu (default), gpu or a .conf file; or key=value to override one setting "
                  "(repeatable)")
@@ -145,6 +147,17 @@ def _parser() -> argparse.ArgumentParser:
                    help=conf_help)
     d.add_argument("--spark-log", default=None, metavar="FILE|-", help=log_help)
     d.set_defaults(func=cmd_demo)
+
+    g = verbs.add_parser("gpu-check", help="check the GPU path: kernel parity, RAPIDS fallbacks",
+                         description="On a machine with a CUDA GPU: every kernel on cupy vs "
+                         "numpy, the kernel tests on cupy, a small plan with --conf gpu, and "
+                         "what the RAPIDS plugin left on the CPU. Without a GPU: says so, "
+                         "exit status 2 (see executor/gpu_check.py).")
+    g.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a line of the gpu profile (repeatable)")
+    g.add_argument("--spark-log", default=None, metavar="FILE",
+                   help="where the Spark JVM's log (with the NOT_ON_GPU lines) goes")
+    g.set_defaults(func=cmd_gpu_check)
     return p
 
 
@@ -313,6 +326,15 @@ def cmd_triangles(args) -> int:
     finally:
         _stop(spark)
     return 0
+
+
+def cmd_gpu_check(args) -> int:
+    from .gpu_check import NoGpu, run
+    try:
+        return run(args)
+    except NoGpu as e:
+        raise CliError(f"gpu-check: no GPU on this machine: {e}; nothing was checked "
+                       "(run it where `nvidia-smi` lists a GPU)") from None
 
 
 def _check_path(name: str, path: str) -> None:

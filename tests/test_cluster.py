@@ -22,6 +22,7 @@ import pytest
 from conftest import ROOT, rows_of
 
 PACKAGES = ("executor", "plans", "gpu_kernels")
+EXAMPLE_PLAN = ROOT / "plans" / "examples" / "copies.py"  # an array kernel (mapInArrow)
 SUBMIT_TIMEOUT = 300  # a loaded 2-core machine: JVM starts take tens of seconds
 
 
@@ -142,13 +143,12 @@ def jobs(cluster):
 
     src, dst = rmat_edges(3000, seed=1)
     write_edges(src, dst, cluster.base / "rmat3k.txt")
-    (cluster.base / "copies_plan.py").write_text(KERNEL_PLAN)
     (cluster.base / "xs.csv").write_text(
         "n,time,diff\n" + "".join(f"{r[0]},{t},{d}\n" for r, t, d in KERNEL_UPDATES))
     return {
         "edges": list(zip(src.tolist(), dst.tolist())),
         "triangles": cluster.submit("triangles", "--edges", str(cluster.base / "rmat3k.txt")),
-        "kernel": cluster.submit("run", str(cluster.base / "copies_plan.py"),
+        "kernel": cluster.submit("run", str(EXAMPLE_PLAN),
                                  "--input", f"xs={cluster.base / 'xs.csv'}",
                                  "--output", str(cluster.base / "out"), "--steps", "2"),
     }
@@ -184,17 +184,6 @@ def test_flagship_triangles_on_the_cluster_equal_local_mode(cluster, jobs, spark
     assert known > 1000
 
 
-KERNEL_PLAN = '''
-def copies(xp, cols):  # each row n times (the README's kernel example)
-    from gpu_kernels.expand import parents
-    parent = parents(xp, xp.astype(cols["n"], xp.int64))
-    return {"parent": parent, "n": xp.take(cols["n"], parent)}
-
-
-def build(flow):
-    flow.output("copies", flow.input("xs", "n BIGINT").join_function(kernel=copies,
-                                                                     schema="n BIGINT"))
-'''
 KERNEL_UPDATES = [((1,), 0, 1), ((2,), 0, 1), ((0,), 0, 3), ((3,), 1, 2), ((2,), 2, -1),
                   ((5,), 2, 1), ((1,), 3, 1), ((3,), 3, -2)]
 
@@ -211,8 +200,8 @@ def test_kernel_plan_runs_on_the_executors_from_the_shipped_zip(cluster, jobs, s
     assert status == 0, err[-3000:]
     assert "step 2/2" in out
 
-    plan, data = cluster.base / "copies_plan.py", cluster.base / "xs.csv"
-    flow = load_plan(str(plan))
+    data = cluster.base / "xs.csv"
+    flow = load_plan(str(EXAMPLE_PLAN))
     run_plan(Runner(flow, conf=conf, spark=spark), {"xs": str(data)},
              str(cluster.base / "local"), steps=2)
     on_cluster = rows_of(spark.read.parquet(str(cluster.base / "out" / "copies")))

@@ -62,9 +62,10 @@ def _stage_on(xp, a, prefix=""):
 
 
 def _csr_inputs(rng, n):
-    src, dst = _sorted_pairs(rng, n, max(4, int(n ** 0.5)))
-    return {"src": src, "dst": dst, "q": _ints(rng, n, -1, max(5, int(n ** 0.5)) + 1),
-            "c": _ints(rng, n, 0, max(4, int(n ** 0.5)))}
+    """About n edges over n / 8 sources (8 targets each); n queries, some unknown keys."""
+    k = max(4, n // 8)
+    src, dst = _sorted_pairs(rng, n, k)
+    return {"src": src, "dst": dst, "q": _ints(rng, n, -1, k + 1), "c": _ints(rng, n, 0, k)}
 
 
 def _ranges(xp, a):
@@ -74,7 +75,7 @@ def _ranges(xp, a):
 
 
 def _timed_inputs(rng, n):
-    k = max(3, int(n ** 0.5) // 2)
+    k = max(3, n // 8)  # about 8 updates per key
     return {"key": _ints(rng, n, 0, k), "value": _ints(rng, n, 0, k), "time": _ints(rng, n, 0, 5),
             "diff": _ints(rng, n, -2, 3), "q": _ints(rng, n, 0, k), "v": _ints(rng, n, 0, k),
             "t": _ints(rng, n, 0, 6), "pd": _ints(rng, n, -2, 3)}
@@ -85,7 +86,7 @@ def _timed_index(xp, a, later=0):
 
 
 def _graph(rng, n):
-    k = max(8, int(n ** 0.5))
+    k = max(8, n // 8)  # average degree 16
     return {"src": _ints(rng, n, 0, k), "dst": _ints(rng, n, 0, k)}
 
 
@@ -96,7 +97,8 @@ def _arrow_round_trip(xp, a):
                                         "b": to_numpy(xp, a["b"])})
     cols = arrow.batch_to_arrays(batch, xp)
     cols["k"] = cols["k"] * 2
-    return arrow.arrays_to_batch(cols, batch.schema, xp).to_pydict()
+    return [c.to_numpy(zero_copy_only=False) for c in
+            arrow.arrays_to_batch(cols, batch.schema, xp).columns]
 
 
 def _arrow_inputs(rng, n):
@@ -198,14 +200,25 @@ def on_host(xp, value):
         return {k: on_host(xp, v) for k, v in value.items()}
     if value is None or isinstance(value, (int, float, bool, str)):
         return value
+    if isinstance(value, np.ndarray):  # host already (the Arrow glue's output)
+        return value.tolist()
     return to_numpy(xp, value).tolist()
+
+
+def case_inputs(name: str, n: int, seed: int = 0) -> dict:
+    """Host inputs of kernel `name`'s case for (n, seed)."""
+    return CASES[name].inputs(np.random.default_rng(seed), n)
+
+
+def call(xp, name: str, host: dict):
+    """Kernel `name` on `xp` with `host` inputs moved there; the result stays on `xp`."""
+    moved = {k: xp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in host.items()}
+    return CASES[name].run(xp, moved)
 
 
 def run_case(xp, name: str, n: int, seed: int = 0):
     """Kernel `name` on `xp` with the case's inputs for (n, seed), as host values."""
-    host = CASES[name].inputs(np.random.default_rng(seed), n)
-    moved = {k: xp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in host.items()}
-    return on_host(xp, CASES[name].run(xp, moved))
+    return on_host(xp, call(xp, name, case_inputs(name, n, seed)))
 
 
 def compare(xp, baseline, sizes=(0, 1, 17, 1000), seed: int = 0) -> list[tuple[str, bool, str]]:

@@ -1,0 +1,138 @@
+"""Every array kernel alone, measured against its roofline (gpu_kernels/roofline.py).
+
+    PYTHONPATH=. .venv/bin/python benchmarks/kernels.py [--rows 1000000] [--repeat 3]
+        [--backend numpy|cupy] [--kernels a,b] [--out PATH] [--png]
+
+Each kernel runs on its parity case's inputs (gpu_kernels/parity.py: seeded, about --rows
+rows; inputs are built and moved to the device before timing), once untimed (warm-up), then
+--repeat times; the table shows the best. Baseline: numpy on this CPU. Peer: the H100
+roofline, the time the kernel's bytes take at 3 TB/s (or its int64 operations at peak,
+whichever is longer): "x roofline" is how many times slower than that limit the run is.
+With --backend cupy the same rows measure a GPU (device synchronised before the clock
+stops). No Spark is started.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import common  # noqa: E402
+from executor.progress import progress  # noqa: E402
+
+NAME = "kernels"
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, default=1_000_000, help="rows per kernel input")
+    p.add_argument("--repeat", type=int, default=3, help="timed runs per kernel (best shown)")
+    p.add_argument("--backend", default="numpy", choices=["numpy", "cupy"])
+    p.add_argument("--kernels", default="", help="comma-separated kernels (default: all)")
+    p.add_argument("--out", default=None, help="JSON path (default benchmarks/results/kernels.json)")
+    p.add_argument("--png", action="store_true", help="also write a plot next to the JSON")
+    return p.parse_args(argv)
+
+
+def _synchronize(xp):
+    import array_api_compat
+
+    if array_api_compat.is_cupy_namespace(xp):
+        import cupy
+
+        cupy.cuda.runtime.deviceSynchronize()
+
+
+def measure_kernel(xp, name: str, rows: int, repeat: int) -> dict:
+    """Best seconds of kernel `name` over `repeat` runs, with its roofline."""
+    from gpu_kernels import parity, roofline
+
+    host = parity.case_inputs(name, rows)
+    moved = {k: xp.asarray(v) if hasattr(v, "dtype") else v for k, v in host.items()}
+    output = parity.CASES[name].run(xp, moved)  # warm-up
+    times = []
+    for _ in range(max(1, repeat)):
+        _synchronize(xp)
+        start = time.perf_counter()
+        parity.CASES[name].run(xp, moved)
+        _synchronize(xp)
+        times.append(time.perf_counter() - start)
+    moved_bytes, ops = roofline.cost(name, host, output)
+    limit = roofline.roofline_seconds(moved_bytes, ops)
+    best = min(times)
+    return {"kernel": name, "rows": rows, "seconds": [round(t, 6) for t in times],
+            "best_s": round(best, 6), "bytes": moved_bytes, "ops": ops,
+            "gb_per_s": round(moved_bytes / best / 1e9, 3) if best > 0 else None,
+            "h100_roofline_s": limit, "x_roofline": round(best / limit, 1) if limit else None,
+            "model": roofline.MODELS[name].what}
+
+
+def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
+    """Run the benchmark; `spark` is accepted (run_all passes its session) and unused."""
+    import gpu_kernels as gk
+    from gpu_kernels import parity
+
+    args = parse_args(argv)
+    names = [n for n in args.kernels.split(",") if n] or sorted(parity.CASES)
+    unknown = sorted(set(names) - set(parity.CASES))
+    if unknown:
+        raise SystemExit(f"kernels benchmark: unknown kernels {unknown}")
+    xp = gk.namespace(args.backend)
+    rows = [measure_kernel(xp, n, args.rows, args.repeat)
+            for n in progress(names, desc="kernels")]
+    payload = {"benchmark": NAME, "command": common.command_line(argv), "rows": args.rows,
+               "backend": args.backend, "baseline": f"{args.backend} on this machine",
+               "peers": ["H100 roofline (3 TB/s HBM)"], "machine": common.machine_info(),
+               "kernels": rows}
+    path = common.results_path(NAME, args.out)
+    if args.png:
+        payload["png"] = str(save_plot(path.with_suffix(".png"), rows, args.backend))
+    common.save_json(path, payload)
+    print(report(payload))
+    return payload
+
+
+def report(payload: dict) -> str:
+    rows = [[r["kernel"], r["rows"], round(r["bytes"] / 1e6, 1), r["best_s"] * 1e3,
+             r["gb_per_s"], r["h100_roofline_s"] * 1e6, f"{r['x_roofline']:.0f}x"]
+            for r in payload["kernels"]]
+    return common.markdown_table(
+        ["kernel", "rows", "MB moved", f"{payload['backend']} ms", "GB/s", "H100 roofline us",
+         "x roofline"], rows)
+
+
+def save_plot(path: Path, rows: list[dict], backend: str) -> Optional[Path]:
+    """Measured and roofline milliseconds per kernel, log scale."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    names = [r["kernel"] for r in rows][::-1]
+    fig, ax = plt.subplots(figsize=(8, 0.3 * len(rows) + 1.5))
+    ys = range(len(names))
+    ax.barh([y + 0.2 for y in ys], [r["best_s"] * 1e3 for r in rows][::-1], 0.4,
+            label=f"{backend} (measured)")
+    ax.barh([y - 0.2 for y in ys], [r["h100_roofline_s"] * 1e3 for r in rows][::-1], 0.4,
+            label="H100 roofline")
+    ax.set_yticks(list(ys), names)
+    ax.set_xscale("log")
+    ax.set_xlabel("milliseconds (log)")
+    ax.set_title(f"kernels at {rows[0]['rows']:,} rows" if rows else "kernels")
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+if __name__ == "__main__":
+    main()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 
 def test_linear_benchmark_smoke(spark, tmp_path):
     from benchmarks import linear
@@ -82,3 +84,19 @@ def test_triangles_benchmark_smoke(spark, tmp_path):
     assert all(r["correct"] for r in saved["static"])
     assert saved["static"][0]["triangles"] > 0
     assert "incremental" not in payload
+
+
+@pytest.mark.slow
+def test_optimizer_benchmark_smoke(spark, tmp_path):
+    from benchmarks import optimizer
+
+    out = tmp_path / "optimizer.json"
+    optimizer.main(["--rows", "400", "--edges", "60", "--changes", "10", "--warmup-rows", "50",
+                    "--conf", "diffspark.partitions=2", "--out", str(out)], spark=spark)
+    saved = json.loads(out.read_text())
+    assert [r["part"] for r in saved["rows"]] == list(optimizer.PARTS)
+    assert all(r["equal"] for r in saved["rows"])
+    chain, shared, tri = saved["rows"]
+    assert chain["optimized_operators"] < chain["written_operators"]
+    assert shared["optimized_arrangements"] < shared["written_arrangements"]
+    assert tri["optimized_state_records"] < tri["written_state_records"]

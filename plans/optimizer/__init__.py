@@ -77,6 +77,11 @@ def _optimize(outputs: dict[str, ir.Node], rulesets: tuple[str, ...]) -> Optimiz
     best = egraph.extract(root, cost_model=CostModel(enc.table))
     plan = dict(zip(outputs, Decoder(enc.table).items(get_callable_args(best)[0])))
     before, after = plan_cost(outputs), plan_cost(plan)
-    if after.total > before.total:  # never worse than written (estimates agree; a guard)
+    if after.total > before.total and "pushdown" in rulesets:
+        # Greedy extraction weighs one consumer at a time: pushing into a join that several
+        # outputs read can duplicate it. Then try without pushdown, then the plan as written.
+        fallback = optimize(outputs, tuple(r for r in rulesets if r != "pushdown"))
+        plan, after = fallback.plan, fallback.after
+    if after.total > before.total:
         plan, after = dict(outputs), before
     return Optimized(plan, dict(fired), before, after, time.perf_counter() - started)

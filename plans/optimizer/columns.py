@@ -14,6 +14,7 @@ from ..schema import column_names
 
 _NAME = r"(?:`[^`]+`|[A-Za-z_][A-Za-z0-9_]*)"
 _RENAME = re.compile(rf"\s*({_NAME})(?:\s+(?:AS\s+)?({_NAME}))?\s*$", re.I)
+_ALIAS = re.compile(rf"\s+AS\s+({_NAME})\s*$", re.I)
 _TOKEN = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`[^`]+`|[A-Za-z_][A-Za-z0-9_]*"
                     r"|[0-9][0-9A-Za-z_.]*|->|\.|\S")
 _KEYWORDS = {"and", "or", "not", "is", "null", "true", "false", "in", "between", "like",
@@ -35,6 +36,15 @@ def renames(exprs) -> Optional[list[tuple[str, str]]]:
         src = _unquote(m.group(1))
         out.append((src, _unquote(m.group(2)) if m.group(2) else src))
     return out
+
+
+def _alias(expr: str) -> Optional[str]:
+    """The output name of a map expression: a bare column, or `... AS name`."""
+    r = renames([expr])
+    if r:
+        return r[0][1]
+    m = _ALIAS.search(expr)
+    return _unquote(m.group(1)) if m else None
 
 
 def refs(expr: str) -> Optional[set[str]]:
@@ -87,8 +97,8 @@ def _columns(node: ir.Node, memo: dict) -> Optional[tuple[str, ...]]:
             if cols is None:
                 return None
             if isinstance(s, ir.Map):
-                r = renames(s.exprs)
-                cols = tuple(out for _, out in r) if r else None
+                names = [_alias(e) for e in s.exprs]
+                cols = None if None in names else tuple(names)
             elif isinstance(s, ir.Kernel):
                 cols = tuple(column_names(s.schema, "kernel schema"))
             elif not isinstance(s, (ir.Filter, ir.TemporalFilter, ir.Negate)):

@@ -57,7 +57,7 @@ def _kernel_runs(stages) -> int:
     return sum(1 for i, k in enumerate(kinds) if k and (i == 0 or not kinds[i - 1]))
 
 
-def query_indexes(relations, query: cq.Query, order) -> set[tuple[str, tuple[int, ...]]]:
+def query_indexes(query: cq.Query, order) -> set[tuple[str, tuple[int, ...]]]:
     """(relation, key columns) of every arrangement the query's delta rules read."""
     out = set()
     for rule in cq.delta_rules(query, order):
@@ -92,7 +92,7 @@ def operator(kind: str, data, rows: list[float]) -> tuple[Terms, float]:
     if kind == "query":
         relations, query, order = data
         size = dict(zip(relations, rows))
-        kept = sum(size[r] for r, _ in query_indexes(relations, query, order))
+        kept = sum(size[r] for r, _ in query_indexes(query, order))
         out = JOIN_FAN_OUT * max(rows)
         steps = sum(1 + len(r.steps) for r in cq.delta_rules(query, order))
         return Terms(state=kept, moved=kept + out, ops=steps), out
@@ -177,7 +177,7 @@ class CostModel:
             out = self._combine(decl, 0.0, sum(items), kids)
             out.items = items
             return out
-        if sort != "Coll" or method not in self.KINDS:
+        if sort != "Coll" or method not in self.KINDS or any(c.total == INF for c in kids):
             return DagCost(INF)
         args = [a.expr for a in decl.expr.args]
         rows = list(kids[-1].items) if method in ("concat", "query") else \

@@ -1,9 +1,9 @@
 """IR -> e-graph terms, and the facts rules need that only Python can compute (which side of
 a join a predicate reads, which join trees are conjunctive queries).
 
-Every IR node has one term; nodes the optimizer does not model become opaque leaves that
-decode to themselves, so a plan it does not understand still runs unchanged. A Linear node
-is encoded as one single-stage term per stage: fusion (rules.py) rebuilds the chains.
+Every IR node has one term (decoding it gives the node back); nodes the optimizer does not
+model become opaque leaves that decode to themselves, so a plan it does not understand still
+runs unchanged. Predicates move as one-stage Linear nodes (what the builder makes).
 """
 from __future__ import annotations
 
@@ -41,14 +41,11 @@ class Encoding:
 
     def _coll(self, n: ir.Node) -> Coll:
         if isinstance(n, ir.Linear):
-            term = self.coll(n.input)
-            for s in n.stages:
-                vec = Vec[i64](i64(self.payload("stage", s)))
-                refs = stage_refs(s)
-                if refs:
-                    self.stages[s] = (refs, vec)
-                term = Coll.linear(term, vec)
-            return term
+            vec = Vec[i64](*(i64(self.payload("stage", s)) for s in n.stages))
+            refs = stage_refs(n.stages[0]) if len(n.stages) == 1 else None
+            if refs:
+                self.stages[n.stages[0]] = (refs, vec)
+            return Coll.linear(self.coll(n.input), vec)
         if isinstance(n, ir.Concat):
             return Coll.concat(colls(self.coll(c) for c in n.inputs))
         if isinstance(n, ir.Consolidate):

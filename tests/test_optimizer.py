@@ -1,0 +1,374 @@
+"""The e-graph optimizer (plans/optimizer): every IR node survives encode/decode, each rule
+fires on a plan made for it, and the optimized plan equals the plan as written on random
+multi-step update streams (negative diffs included) through the reference interpreter, and
+for a few plans through Spark. The triangle derivation, termination on 50 operators."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import run_against_reference
+from plans import Dataflow, ir
+from plans.optimizer import optimize
+from plans.optimizer.cost import plan_cost
+
+E, W = "src BIGINT, dst BIGINT", "node BIGINT, w BIGINT"
+HORIZON = 6
+
+small = st.integers(0, 3)
+edge = st.tuples(st.tuples(small, small), st.integers(0, HORIZON - 1),
+                 st.sampled_from([-1, 1, 1, 2]))
+weight = st.tuples(st.tuples(small, st.one_of(st.none(), st.integers(-3, 3))),
+                   st.integers(0, HORIZON - 1), st.sampled_from([-2, -1, 1, 2]))
+streams = st.fixed_dictionaries({"e": st.lists(edge, max_size=10),
+                                 "f": st.lists(edge, max_size=6),
+                                 "w": st.lists(weight, max_size=6)})
+
+
+def agree(spark, flows: list[Dataflow], inputs: dict) -> None:
+    """Each flow's optimized outputs equal its written ones, through the interpreter (one
+    evaluation for all, so equal sub-plans are evaluated once)."""
+    from executor.reference import reference
+    both = {}
+    for i, flow in enumerate(flows):
+        for name, node in optimize(flow.outputs).plan.items():
+            both[f"{i}.{name}.optimized"] = node
+            both[f"{i}.{name}.written"] = flow.outputs[name]
+    got = reference(spark, both, inputs)
+    for key in both:
+        if key.endswith(".written"):
+            assert got[key.replace(".written", ".optimized")] == got[key], key
+
+
+def nodes(plan, kind):
+    return [n for n in ir.topological(list(plan.values())) if isinstance(n, kind)]
+
+
+def double(xp, cols):
+    return {"src": cols["src"] * 2, "dst": cols["dst"]}
+
+
+class Iterate(ir.Node):
+    """A node kind the optimizer does not know (as iteration will add): it must pass
+    through unchanged, with its sub-plan."""
+
+    def __init__(self, body):
+        object.__setattr__(self, "body", body)
+
+    def children(self):
+        return (self.body,)
+
+    def label(self):
+        return "Iterate"
+
+    def __eq__(self, other):
+        return isinstance(other, Iterate) and other.body == self.body
+
+    def __hash__(self):
+        return hash(("iterate", self.body))
+
+
+class Handle:
+    keys, schema = ("src",), None
+
+
+# --------------------------------------------------------------------------- encode/decode
+def every_node_flow() -> Dataflow:
+    flow = Dataflow()
+    e, w = flow.input("e", E), flow.input("w", W)
+    lin = (e.map("src", "dst", "src + dst AS s").filter("s > 0").flat_map("array(struct(src, dst))")
+           .explode("array(named_struct('src', src, 'dst', dst, 'diff', 2L))")
+           .temporal_filter(lower="src").join_function("array(named_struct('src', src, 'dst', dst))")
+           .negate().join_function(kernel=double, schema=E))
+    flow.output("linear", lin)
+    flow.output("concat", e.concat(lin).consolidate())
+    flow.output("self", e.arrange_by_self())
+    flow.output("join", e.join(w.map("node AS src", "w"), on=["src"]))
+    flow.output("semi", e.antijoin(w.map("node AS src"), on=["src"]))
+    flow.output("reduce", w.count(by=["node"]))
+    flow.output("distinct", w.distinct())
+    flow.output("query", flow.query("t(x, y, z) :- e(x, y), e(y, z), e(x, z)"))
+    flow.outputs["imported"] = ir.Imported("other", Handle())
+    flow.outputs["opaque"] = Iterate(ir.Linear(flow.inputs["e"], (ir.Filter("src > 1"),)))
+    return flow
+
+
+def test_every_node_round_trips_unchanged():
+    flow = every_node_flow()
+    kinds = {type(n) for n in ir.topological(list(flow.outputs.values()))}
+    assert kinds >= {ir.Input, ir.Linear, ir.Concat, ir.Consolidate, ir.Arrange, ir.Join,
+                     ir.Reduce, ir.Query, ir.Imported, Iterate}
+    done = optimize(flow.outputs, rulesets=())
+    assert done.plan == flow.outputs and not done.fired
+
+
+def test_unknown_nodes_pass_through_all_rules():
+    flow = every_node_flow()
+    plan = optimize(flow.outputs).plan
+    assert plan["opaque"] is flow.outputs["opaque"] and plan["imported"] is flow.outputs["imported"]
+    assert set(plan) == set(flow.outputs)
+
+
+def test_unknown_ruleset_is_refused():
+    with pytest.raises(ValueError, match="unknown rulesets"):
+        optimize(every_node_flow().outputs, rulesets=("nope",))
+
+
+# --------------------------------------------------------------------------- rules
+def fused_flow() -> Dataflow:
+    flow = Dataflow()
+    e = flow.input("e", E)
+    chain = (e.filter("src <= dst").map("src", "dst", "dst - src AS len").negate()
+             .explode("array(named_struct('src', src, 'len', len, 'diff', 2L))")
+             .temporal_filter(lower="src", upper="len + 3").map("src"))
+    flow.output("chain", chain)
+    return flow
+
+
+def test_fusion_makes_one_linear_operator():
+    done = optimize(fused_flow().outputs)
+    assert done.fired["fuse"] > 0
+    assert [len(n.stages) for n in nodes(done.plan, ir.Linear)] == [6]
+    assert done.after.total < done.before.total
+
+
+def pushdown_flows() -> dict[str, Dataflow]:
+    """Per pushdown rule, a one-output plan where it fires and pays off."""
+    def flow_of(make):
+        flow = Dataflow()
+        e, f, w = flow.input("e", E), flow.input("f", E), flow.input("w", W)
+        flow.output("out", make(e, f, w.map("node AS src", "w")))
+        return flow
+
+    return {name: flow_of(make) for name, make in {
+        "linear_below_concat": lambda e, f, w: e.concat(f.map("dst AS src", "src AS dst"))
+        .filter("dst > 0").map("src", "dst + 1 AS d"),
+        "filter_below_join_left": lambda e, f, w: e.join(w, on=["src"]).filter("dst >= 1"),
+        "filter_below_join_right": lambda e, f, w: e.join(w, on=["src"])
+        .filter("w IS NOT NULL AND w > -2"),
+        "filter_below_join_key": lambda e, f, w: f.join(w, on=["src"]).filter("src != 2"),
+        "filter_below_semijoin": lambda e, f, w: f.semijoin(w, on=["src"]).filter("dst < 3"),
+        "temporal_filter_below_join": lambda e, f, w: f.join(w, on=["src"])
+        .temporal_filter(lower="dst"),
+        "filter_below_reduce_key": lambda e, f, w: e.count(by=["src"]).filter("src > 0"),
+        "read_arrangement": lambda e, f, w: e.arrange_by_key("dst").filter("src < 3"),
+    }.items()}
+
+
+@pytest.mark.parametrize("rule", sorted(pushdown_flows()))
+def test_pushdown_rule_fires_and_the_predicate_moves_below(rule):
+    flow = pushdown_flows()[rule]
+    done = optimize(flow.outputs)
+    fired = "filter_below_join_left" if rule == "temporal_filter_below_join" else rule
+    assert done.fired.get(fired, 0) > 0
+    out = done.plan["out"]
+    below = {"linear_below_concat": ir.Concat, "read_arrangement": ir.Linear,
+             "filter_below_reduce_key": ir.Reduce}.get(rule, ir.Join)
+    assert isinstance(out, below)  # the predicate now runs first
+    if rule == "filter_below_join_key":
+        assert all(isinstance(side.input, ir.Linear) for side in (out.left, out.right))
+    if rule == "read_arrangement":
+        assert out == ir.Linear(flow.inputs["e"], (ir.Filter("src < 3"),))
+    assert done.after.total < done.before.total
+
+
+def test_filters_over_a_shared_join_stay_above_it():
+    """Moving both filters below would arrange both inputs twice: the cost keeps one join."""
+    flow = Dataflow()
+    e, w = flow.input("e", E), flow.input("w", W)
+    j = e.join(w.map("node AS src", "w"), on=["src"])
+    flow.output("a", j.filter("dst >= 1"))
+    flow.output("b", j.filter("w > 0"))
+    assert optimize(flow.outputs).plan == flow.outputs
+
+
+def test_predicates_over_both_sides_or_expressions_stay():
+    flow = Dataflow()
+    e, w = flow.input("e", E), flow.input("w", W)
+    j = e.join(w.map("node AS src", "w"), on=["src"])
+    flow.output("both", j.filter("dst < w"))
+    flow.output("lambda", j.filter("exists(array(dst), v -> v > 1)"))
+    flow.output("reduce", e.count(by=["src"]).filter("count > 1"))
+    plan = optimize(flow.outputs).plan
+    assert plan["both"] == flow.outputs["both"] and plan["lambda"] == flow.outputs["lambda"]
+    assert plan["reduce"] == flow.outputs["reduce"]
+
+
+def sharing_flow() -> Dataflow:
+    """The diamond: two outputs arrange what becomes one collection by one key."""
+    flow = Dataflow()
+    e, f, w = flow.input("e", E), flow.input("f", E), flow.input("w", W)
+    flow.output("count", e.concat(f).filter("dst > 0").consolidate().count(by=["src"]))
+    flow.output("join", e.filter("dst > 0").concat(f.filter("dst > 0"))
+                .join(w.map("node AS src", "w"), on=["src"]))
+    return flow
+
+
+def test_identical_arrangements_are_shared_across_outputs():
+    flow = sharing_flow()
+    done = optimize(flow.outputs)
+    assert done.fired["arrange_consolidated"] > 0
+    by_src = lambda plan: {n for n in nodes(plan, ir.Arrange) if n.keys == ("src",)}  # noqa: E731
+    assert len(by_src(flow.outputs)) == 3 and len(by_src(done.plan)) == 2
+    assert done.after.state < done.before.state
+
+
+def every_rule_flows() -> list[Dataflow]:
+    return [fused_flow(), sharing_flow(), *pushdown_flows().values(), naive_triangles(False),
+            naive_triangles(True)]
+
+
+@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+@given(inputs=streams)
+def test_optimized_plans_match_the_reference(spark, inputs):
+    """A few flows, few examples (each costs Spark evaluations): the slow test runs all."""
+    pushdown = pushdown_flows()
+    flows = [fused_flow(), sharing_flow(), naive_triangles(True),
+             pushdown["filter_below_join_key"], pushdown["filter_below_semijoin"]]
+    agree(spark, flows, {**inputs, "g": inputs["e"] + inputs["f"]})
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(inputs=streams)
+def test_optimized_plans_match_the_reference_long(spark, inputs):
+    agree(spark, every_rule_flows(), {**inputs, "g": inputs["e"] + inputs["f"]})
+
+
+SPARK_UPDATES = {"e": [((1, 2), 0, 1), ((2, 3), 1, 2), ((1, 2), 3, -1), ((3, 0), 2, 1)],
+                 "f": [((2, 5), 0, 1), ((0, 1), 2, -1), ((0, 1), 1, 1)],
+                 "w": [((1, 4), 0, 1), ((2, None), 2, 1), ((2, -3), 3, 1)]}
+
+
+def on_spark(spark, conf, flow, cuts=(2, 4)):
+    """Steps ending at each cut (the last past every update's time), then close."""
+    return run_against_reference(spark, conf, flow, {n: (E if n != "w" else W, u)
+                                                     for n, u in SPARK_UPDATES.items()
+                                                     if n in flow.inputs}, cuts)
+
+
+def test_optimized_plan_runs_on_spark(spark, conf):
+    flow = Dataflow()
+    e, w = flow.input("e", E), flow.input("w", W)
+    weights = w.map("node AS src", "w")
+    flow.output("key", e.join(weights, on=["src"]).filter("src != 2"))
+    flow.output("left", e.join(weights.filter("w > 0"), on=["src"]).filter("dst > 2"))
+    runner = on_spark(spark, conf, flow)
+    assert runner.plan == optimize(flow.outputs).plan != flow.outputs
+    assert {"filter_below_join_key", "filter_below_join_left", "fuse"} <= \
+        set(optimize(flow.outputs).fired)
+    from executor import Runner
+    assert Runner(flow, conf=conf, spark=spark, optimize=False).plan == flow.outputs
+
+
+@pytest.mark.slow
+def test_shared_and_pushed_down_plans_run_on_spark(spark, conf):
+    for flow in (sharing_flow(), *pushdown_flows().values()):
+        on_spark(spark, conf, flow, cuts=(1, 3, 4))
+
+
+# --------------------------------------------------------------------------- delta queries
+def naive_triangles(right_deep: bool = False) -> Dataflow:
+    """delta(join(join(g1, g2), g3)): the triangle self-join as binary joins."""
+    flow = Dataflow()
+    g = flow.input("g", E)
+    a, b = g.map("src AS x", "dst AS y"), g.map("src AS y", "dst AS z")
+    c = g.map("src AS x", "dst AS z")
+    if right_deep:
+        tri = a.join(b.join(c, on=["z"]), on=["x", "y"])
+    else:
+        tri = a.join(b, on=["y"]).join(c, on=["x", "z"])
+    flow.output("tri", tri.filter("x < y"))
+    return flow
+
+
+@pytest.mark.parametrize("right_deep", [False, True])
+def test_naive_triangle_join_is_derived_into_delta_rules(right_deep):
+    from plans import query as cq
+    flow = naive_triangles(right_deep)
+    done = optimize(flow.outputs)
+    for rule in ("delta_join", "join_over_plus", "delta_query"):
+        assert done.fired.get(rule, 0) > 0, rule
+    assert done.fired.get("join_assoc", 0) + done.fired.get("join_assoc_prev", 0) > 0
+    [query] = nodes(done.plan, ir.Query)
+    assert query.inputs == (flow.inputs["g"],) and query.relations == ("g",)
+    assert sorted(str(a) for a in query.query.atoms) == ["g(x, y)", "g(x, z)", "g(y, z)"]
+    rules = cq.delta_rules(query.query, query.order)
+    assert len(rules) == 3  # one delta rule per atom, earlier atoms new, later ones old
+    assert {e.reads for r in rules for s in r.steps for e in s.extenders} == {"new", "old"}
+    assert query.query.head == ir_columns(flow.outputs["tri"].input)
+    # preferred by cost: fewer records kept (no intermediate join arranged)
+    assert done.after.state < done.before.state and done.after.total < done.before.total
+    without = optimize(flow.outputs, rulesets=("pushdown", "sharing", "fusion"))
+    assert not nodes(without.plan, ir.Query)
+
+
+def ir_columns(node):
+    from plans.optimizer.columns import columns
+    return columns(node, {})
+
+
+def test_two_atom_joins_and_non_natural_joins_stay_joins():
+    flow = Dataflow()
+    g = flow.input("g", E)
+    flow.output("two", g.map("src AS x", "dst AS y").join(g.map("src AS y", "dst AS z"), on=["y"]))
+    flow.output("computed", g.map("src AS x", "dst + 1 AS y")
+                .join(g.map("src AS y", "dst AS z"), on=["y"])
+                .join(g.map("src AS z", "dst AS u"), on=["z"]))
+    plan = optimize(flow.outputs).plan
+    assert not nodes({"two": plan["two"]}, ir.Query)
+    assert nodes({"c": plan["computed"]}, ir.Query)  # a computed column is a relation of its own
+
+
+@pytest.mark.slow
+def test_derived_triangles_run_on_spark(spark, conf):
+    ups = [((1, 2), 0, 1), ((2, 3), 0, 1), ((1, 3), 1, 1), ((3, 4), 1, 1), ((2, 4), 2, 1),
+           ((1, 3), 3, -1)]
+    runner = run_against_reference(spark, conf, naive_triangles(), {"g": (E, ups)}, [2, 4])
+    assert any(isinstance(n, ir.Query) for n in ir.topological(list(runner.plan.values())))
+
+
+# --------------------------------------------------------------------------- bounds, cost
+def fifty_operators() -> Dataflow:
+    flow = Dataflow()
+    e, f = flow.input("e", E), flow.input("f", E)
+    c = e.concat(f)
+    for i in range(20):
+        c = c.filter(f"src > {i}") if i % 2 else c.map("src", "dst")
+    g = c.map("src AS x", "dst AS y")
+    tri = g.join(c.map("src AS y", "dst AS z"), on=["y"]).join(c.map("src AS x", "dst AS z"),
+                                                                on=["x", "z"])
+    flow.output("tri", tri.filter("x > 1"))
+    for i in range(4):
+        flow.output(f"count{i}", c.concat(e.negate()).filter(f"dst > {i}").count(by=["src"]))
+    flow.output("pairs", c.join(f, on=["src"]).filter("src > 1").distinct())
+    return flow
+
+
+def test_optimizer_terminates_quickly_on_fifty_operators():
+    flow = fifty_operators()
+    assert len(ir.topological(list(flow.outputs.values()))) >= 50
+    started = time.perf_counter()
+    done = optimize(flow.outputs, rulesets=("pushdown", "sharing", "fusion", "incremental"))
+    assert time.perf_counter() - started < 20
+    assert done.after.total <= done.before.total
+
+
+def test_cost_counts_shared_sub_plans_once():
+    flow = Dataflow()
+    e = flow.input("e", E)
+    arranged = e.arrange_by_key("src")
+    flow.output("a", arranged)
+    one = plan_cost(flow.outputs)
+    flow.output("b", arranged)
+    assert plan_cost(flow.outputs) == one
+    flow.output("c", e.arrange_by_key("dst"))
+    assert plan_cost(flow.outputs).state == 2 * one.state
+
+
+def test_results_are_cached_per_plan():
+    flow = fused_flow()
+    assert optimize(flow.outputs) is optimize(dict(flow.outputs))

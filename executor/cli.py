@@ -66,6 +66,7 @@ from plans.ir import PlanError
 
 from .config import ConfigError, load_conf
 from .errors import InputError, StateError, StepError
+from .progress import progress
 
 EXIT_ERROR = 2
 
@@ -372,7 +373,7 @@ def run_plan(runner, paths: dict[str, str], output: str, steps: int = 1,
     with _spark_errors(lambda e: CliError(f"reading the input times: {e}")):
         times = _distinct_times(list(frames.values()), steps)
     bounds = _step_bounds(times, steps, upto)
-    for i, (lower, hi) in enumerate(bounds, start=1):
+    for i, (lower, hi) in progress(enumerate(bounds, start=1), "steps", len(bounds)):
         updates = {name: df.where((F.col(TIME) >= lower) & (F.col(TIME) < hi))
                    for name, df in frames.items()}
         result = runner.step(updates, upto=hi)

@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 from plans import Dataflow
 
 from .errors import InputError
+from .progress import progress
 from .updates import probe_file
 from .time import DIFF, TIME
 
@@ -164,7 +165,7 @@ def stream_demo(spark, conf: dict, path: str, steps: int, batch: int, seed: int,
         present.update(new)
         batches.append([(x, y, t, -1) for x, y in gone] + [(x, y, t, 1) for x, y in sorted(new)])
     before = 0
-    for t, rows in enumerate(batches):
+    for t, rows in progress(enumerate(batches), "steps", len(batches)):
         df = spark.createDataFrame(rows, schema)
         result = runner.step({NAME: df}, upto=t + 1)
         now = running_counts(count_changes(runner), [t])[0]

@@ -111,3 +111,28 @@ def roofline_seconds(moved: int, ops: int, bandwidth: float = H100_BYTES_PER_S,
                      ops_per_s: float = H100_INT64_OPS_PER_S) -> float:
     """The time at the device's peak: the larger of memory and compute time."""
     return max(moved / bandwidth, ops / ops_per_s)
+
+
+def table(rows: int = 1_000_000) -> str:
+    """The roofline of every kernel on its parity case at `rows` rows, as markdown (numpy
+    computes the outputs whose sizes count)."""
+    from .backend import namespace
+    from .parity import CASES, call, case_inputs
+
+    xp = namespace("numpy")
+    lines = ["| kernel | what it streams | passes | search | MB | M int64 ops | H100 us |",
+             "|---|---|--:|---|--:|--:|--:|"]
+    for name in sorted(CASES):
+        host = case_inputs(name, rows)
+        moved, ops = cost(name, host, call(xp, name, host))
+        m = MODELS[name]
+        lines.append(f"| `{name}` | {m.what} | {m.passes:g} | {'yes' if m.search else ''} | "
+                     f"{moved / 1e6:,.0f} | {ops / 1e6:,.0f} | "
+                     f"{roofline_seconds(moved, ops) * 1e6:,.0f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(table(int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000))

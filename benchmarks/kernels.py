@@ -34,7 +34,8 @@ def parse_args(argv):
     p.add_argument("--repeat", type=int, default=3, help="timed runs per kernel (best shown)")
     p.add_argument("--backend", default="numpy", choices=["numpy", "cupy"])
     p.add_argument("--kernels", default="", help="comma-separated kernels (default: all)")
-    p.add_argument("--out", default=None, help="JSON path (default benchmarks/results/kernels.json)")
+    p.add_argument("--out", default=None,
+                   help="JSON path (default benchmarks/results/kernels.json)")
     p.add_argument("--png", action="store_true", help="also write a plot next to the JSON")
     return p.parse_args(argv)
 

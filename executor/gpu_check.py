@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -176,7 +177,7 @@ def run(args) -> int:
     from .session import spark_session
 
     conf = conf_from_args(["gpu", "spark.log.level=WARN", *args.conf])
-    log = Path(args.spark_log or (Path(os.environ.get("TMPDIR", "/tmp")) / "diffspark-gpu-check.log"))
+    log = Path(args.spark_log or Path(tempfile.gettempdir()) / "diffspark-gpu-check.log")
     with spark_log(str(log)):
         spark = spark_session(conf)
     try:

@@ -69,9 +69,15 @@ def _csr_inputs(rng, n):
 
 
 def _ranges(xp, a):
+    """(CSR of the edges, lo, hi): each query key's range of targets."""
     index = csr.build_csr(xp, a["src"], a["dst"])
     lo, hi = csr.row_ranges(xp, index, a["q"])
     return index, lo, hi
+
+
+def _targets_ranges(xp, a):
+    index, lo, hi = _ranges(xp, a)
+    return index.targets, lo, hi
 
 
 def _timed_inputs(rng, n):
@@ -144,9 +150,11 @@ CASES: dict[str, Case] = {
     "meet_times": Case(_times, lambda xp, a: times.meet_times(xp, *_pair_times(a))),
     "less_equal": Case(_times, lambda xp, a: times.less_equal(xp, *_pair_times(a))),
     "advance_by": Case(_times, lambda xp, a: times.advance_by(xp, _pair_times(a)[0], (4, 2))),
-    "multiply_diffs": Case(lambda r, n: {"a": _ints(r, n, -2**20, 2**20), "b": _ints(r, n, -99, 99)},
+    "multiply_diffs": Case(lambda r, n: {"a": _ints(r, n, -2**20, 2**20),
+                                         "b": _ints(r, n, -99, 99)},
                            lambda xp, a: diffs.multiply_diffs(xp, a["a"], a["b"])),
-    "add_diffs": Case(lambda r, n: {"a": _ints(r, n, -2**62, 2**62), "b": _ints(r, n, -2**61, 2**61)},
+    "add_diffs": Case(lambda r, n: {"a": _ints(r, n, -2**62, 2**62),
+                                    "b": _ints(r, n, -2**61, 2**61)},
                       lambda xp, a: diffs.add_diffs(xp, a["a"], a["b"])),
     "sum_segments": Case(_segments, lambda xp, a: diffs.sum_segments(xp, a["diff"], a["starts"])),
     "sort_by": Case(_keys, lambda xp, a: sort_by(xp, [a["k0"], a["k1"]])),
@@ -154,12 +162,11 @@ CASES: dict[str, Case] = {
     "consolidate": Case(_keys, lambda xp, a: consolidate(xp, [a["k0"], a["k1"]], a["d"])),
     "build_csr": Case(_csr_inputs, lambda xp, a: tuple(csr.build_csr(xp, a["src"], a["dst"]))),
     "row_ranges": Case(_csr_inputs, lambda xp, a: _ranges(xp, a)[1:]),
-    "neighbours": Case(_csr_inputs,
-                       lambda xp, a: csr.neighbours(xp, _ranges(xp, a)[0].targets, *_ranges(xp, a)[1:])),
+    "neighbours": Case(_csr_inputs, lambda xp, a: csr.neighbours(xp, *_targets_ranges(xp, a))),
     "contains": Case(_csr_inputs, lambda xp, a: intersect.contains(
-        xp, _ranges(xp, a)[0].targets, *_ranges(xp, a)[1:], a["c"])),
+        xp, *_targets_ranges(xp, a), a["c"])),
     "lower_bound": Case(_csr_inputs, lambda xp, a: intersect.lower_bound(
-        xp, _ranges(xp, a)[0].targets, *_ranges(xp, a)[1:], a["c"])),
+        xp, *_targets_ranges(xp, a), a["c"])),
     "extend": Case(_csr_inputs, lambda xp, a: wcoj.extend(
         xp, [a["q"], a["c"]], [_ranges(xp, a)[0], csr.build_csr(xp, a["src"], a["dst"])])),
     "orient": Case(_graph, lambda xp, a: wcoj.orient(xp, a["src"], a["dst"])),

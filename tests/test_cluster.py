@@ -110,10 +110,11 @@ class Cluster:
                str(ROOT / "executor" / "__main__.py"), *args,
                "--conf", "diffspark.partitions=2", "--spark-log", "-"]
         name = f"job{len(self.procs)}"
-        with open(self.base / f"{name}.out", "w") as out, open(self.base / f"{name}.err", "w") as err:
+        logs = (self.base / f"{name}.out", self.base / f"{name}.err")
+        with open(logs[0], "w") as out, open(logs[1], "w") as err:
             proc = subprocess.Popen(cmd, cwd=self.base, env=self.env, stdout=out, stderr=err,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
-        proc.logs = (self.base / f"{name}.out", self.base / f"{name}.err")
+        proc.logs = logs
         self.procs.append(proc)
         return proc
 

@@ -8,7 +8,10 @@ Static: R-MAT graphs (Graph500 parameters, average degree ~16, seeded) counted b
   each measured in the same run when installed (benchmarks/requirements-peers.txt).
 Incremental: the first graph, then batches of changes (half deletions): diffspark's triangle
 dataflow per batch vs DuckDB's delta SQL (the three delta terms, old/new tables) vs a kernel
-recount. Every system's count is checked against the kernel's.
+recount, with the peak memory of the whole run. Every system's count is checked against the
+kernel's.
+Plans: the delta-query plan vs seed 001's naive plan (counts, joins, validating joins) on a
+smaller graph: load time, one batch, and the state each keeps (arranged records and bytes).
 """
 from __future__ import annotations
 
@@ -36,6 +39,8 @@ def parse_args(argv):
     p.add_argument("--batch-size", type=int, default=1000, help="changes per batch")
     p.add_argument("--spark-timeout", type=float, default=300,
                    help="stop the Spark SQL and DuckDB binary-join plans after this many s")
+    p.add_argument("--plans-rows", type=int, default=100_000,
+                   help="edges for the delta-query vs naive plan comparison (0: skip)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--skip", default="", help="comma-separated rows to skip")
     return p.parse_args(argv)
@@ -200,6 +205,7 @@ def run_incremental(spark, conf, args) -> dict:
     con.execute("CREATE TABLE e AS SELECT * FROM init")
     batches = []
     before = triangles.running_counts(triangles.count_changes(runner), [0])[0]
+    run_mem = common.PeakMemory().__enter__()
     for t in range(1, args.batches + 1):
         ordered = sorted(present)
         gone = [ordered[i] for i in rng.choice(len(ordered), args.batch_size // 2,
@@ -229,14 +235,63 @@ def run_incremental(spark, conf, args) -> dict:
         print(f"  batch {t}: diffspark {ours_s:.2f} s, duckdb delta {duck_s:.2f} s, "
               f"recount {recount_s:.2f} s -> {ours} ({'ok' if ours == recount else 'WRONG'})",
               flush=True)
+    run_mem.__exit__(None, None, None)
     med = lambda k: float(np.median([b[k] for b in batches]))  # noqa: E731
     p90 = lambda k: float(np.percentile([b[k] for b in batches], 90))  # noqa: E731
     return {"edges": args.rows, "batch_size": args.batch_size, "load_s": round(load_s, 3),
-            "load_memory": mem.as_dict(), "batches": batches,
+            "load_memory": mem.as_dict(), "batches_memory": run_mem.as_dict(),
+            "state": _state(runner), "batches": batches,
             "median": {k: round(med(k), 3) for k in ("diffspark_s", "duckdb_delta_s",
                                                      "kernel_recount_s")},
             "p90": {k: round(p90(k), 3) for k in ("diffspark_s", "duckdb_delta_s",
                                                   "kernel_recount_s")}}
+
+
+def _state(runner) -> dict:
+    """Records and bytes held in the runner's arrangements."""
+    stats = runner.stats().values()
+    return {"records": sum(s["records"] for s in stats),
+            "mib": round(sum(s["bytes"] for s in stats) / 2**20, 1)}
+
+
+def run_plans(spark, conf, args) -> list[dict]:
+    """The delta-query plan vs the naive plan on oriented edges u (src < dst): load, one
+    batch of changes, state kept. Both read the same input and must agree."""
+    from executor import triangles
+    from executor.runner import Runner
+    from plans import Dataflow
+
+    src, dst = rmat_edges(args.plans_rows, args.seed)
+    edges = sorted({(min(a, b), max(a, b)) for a, b in zip(src.tolist(), dst.tolist()) if a != b})
+    rng = np.random.default_rng(args.seed)
+    gone = [edges[i] for i in rng.choice(len(edges), args.batch_size // 2, replace=False)]
+    nodes = int(max(src.max(), dst.max())) + 1
+    new = {tuple(sorted(int(v) for v in rng.integers(0, nodes, 2)))
+           for _ in range(args.batch_size - len(gone))} - set(edges)
+    batch = [(x, y, 1, -1) for x, y in gone] + [(x, y, 1, 1) for x, y in sorted(new) if x != y]
+    schema = "src BIGINT, dst BIGINT, time BIGINT, diff BIGINT"
+    rows = []
+    for plan in ("delta", "naive"):
+        flow = Dataflow()
+        u = flow.input("u", "src BIGINT, dst BIGINT")
+        flow.output("triangles", flow.query(triangles.TRIANGLES, plan=plan, u=u).count())
+        runner = Runner(flow, conf=conf, spark=spark)
+        with common.PeakMemory() as mem:
+            start = time.perf_counter()
+            runner.step({"u": spark.createDataFrame([(x, y, 0, 1) for x, y in edges], schema)},
+                        upto=1)
+            load_s = time.perf_counter() - start
+            start = time.perf_counter()
+            runner.step({"u": spark.createDataFrame(batch, schema)}, upto=2)
+            step_s = time.perf_counter() - start
+        counts = triangles.running_counts(triangles.count_changes(runner), [0, 1])
+        rows.append({"plan": plan, "edges": len(edges), "load_s": round(load_s, 2),
+                     "batch_s": round(step_s, 2), "triangles": counts, **_state(runner),
+                     "peak_total_mib": mem.as_dict()["peak_total_mib"]})
+        print(f"  {plan}: load {load_s:.1f} s, batch {step_s:.1f} s, state "
+              f"{rows[-1]['records']:,} records / {rows[-1]['mib']} MiB", flush=True)
+    rows[1]["agrees"] = rows[0]["triangles"] == rows[1]["triangles"]
+    return rows
 
 
 def _duckdb_delta(con, gone, new) -> tuple[float, int]:
@@ -289,6 +344,9 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
         if args.batches and "incremental" not in skip:
             with common.phase("incremental"):
                 payload["incremental"] = run_incremental(spark, conf, args)
+        if args.plans_rows and "plans" not in skip:
+            with common.phase("delta-query plan vs naive plan"):
+                payload["plans"] = run_plans(spark, conf, args)
     finally:
         if own_session:
             spark.stop()
@@ -316,6 +374,15 @@ def report(payload: dict) -> str:
               inc["p90"]["duckdb_delta_s"]],
              ["kernel recount", inc["median"]["kernel_recount_s"],
               inc["p90"]["kernel_recount_s"]]]))
+        out.append(f"diffspark peak memory over the batches: "
+                   f"{inc['batches_memory']['peak_total_mib']} MiB (JVM + Python); state "
+                   f"{inc['state']['records']:,} arranged records, {inc['state']['mib']} MiB")
+    if payload.get("plans"):
+        out.append("delta-query plan vs naive plan (seed 001), same input and batch")
+        out.append(common.markdown_table(
+            ["plan", "edges", "load s", "batch s", "state records", "state MiB", "peak MiB"],
+            [[r["plan"], r["edges"], r["load_s"], r["batch_s"], r["records"], r["mib"],
+              r["peak_total_mib"]] for r in payload["plans"]]))
     return "\n\n".join(out)
 
 

@@ -45,11 +45,14 @@ class Dataflow:
             raise PlanError(f"import_trace '{name}': expects a handle from Runner.arrangement()")
         return Arrangement(self, ir.Imported(name, handle))
 
-    def query(self, text: str, order=None, **relations: "Collection") -> "Collection":
+    def query(self, text: str, order=None, plan: str = "delta",
+              **relations: "Collection") -> "Collection":
         """A conjunctive query `head(x, ...) :- rel(x, ...), ..., x < y` over this flow's
         inputs by name; keyword Collections stand for relations of their name (and win over
         an input so named). Columns: the head variables. Run as a worst-case optimal join
-        binding variables in `order` (planned when None; see plans/query.py)."""
+        binding variables in `order` (planned when None; see plans/query.py). plan="naive"
+        builds seed 001's plan of counts, joins and validating joins instead, for
+        comparison (plans/naive.py; relations need known column names)."""
         q = cq.parse(text)
         where = f"query '{q.head_name}'"
         for name, c in relations.items():
@@ -61,8 +64,24 @@ class Dataflow:
         cq.validate(q, {r: _known_columns(n) for r, n in nodes.items()})
         order = cq.plan_order(q) if order is None else order
         cq.delta_rules(q, order)  # refuses an order some delta rule cannot follow
+        if plan == "naive":
+            return self._naive(q, order, nodes)
+        if plan != "delta":
+            raise PlanError(f"{where}: plan={plan!r} must be 'delta' or 'naive'")
         return Collection(self, ir.Query(tuple(nodes[r] for r in q.relations()),
                                          q.relations(), q, tuple(order)))
+
+    def _naive(self, q: cq.Query, order, nodes: dict) -> "Collection":
+        from .naive import naive_query
+
+        columns = {r: _known_columns(nodes[r]) for r in q.relations()}
+        unknown = [r for r, cols in columns.items() if cols is None]
+        if unknown:
+            raise PlanError(f"query '{q.head_name}': plan='naive' needs relations with known "
+                            f"column names; {unknown} are computed by SQL expressions "
+                            f"(rule: give the naive plan inputs or their filters)")
+        return naive_query(q, order, {r: Collection(self, n) for r, n in nodes.items()},
+                           columns)
 
     def explain(self) -> str:
         return ir.explain(self.outputs)

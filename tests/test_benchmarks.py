@@ -76,6 +76,7 @@ def test_triangles_benchmark_smoke(spark, tmp_path):
 
     out = tmp_path / "triangles.json"
     payload = triangles.main(["--sizes", "3000", "--batches", "0", "--out", str(out),
+                              "--plans-rows", "2000", "--batch-size", "100",
                               "--conf", "diffspark.partitions=2"], spark=spark)
     saved = json.loads(out.read_text())
     systems = {r["system"] for r in saved["static"]}
@@ -84,6 +85,9 @@ def test_triangles_benchmark_smoke(spark, tmp_path):
     assert all(r["correct"] for r in saved["static"])
     assert saved["static"][0]["triangles"] > 0
     assert "incremental" not in payload
+    delta, naive = saved["plans"]
+    assert naive["agrees"] and delta["triangles"][0] > 0
+    assert naive["records"] > delta["records"]  # the naive plan arranges its prefixes
 
 
 @pytest.mark.slow

@@ -251,3 +251,13 @@ def test_rules_with_whole_triangles_at_one_time():
     _, c = flow_of(TRI)
     assert interpret(c.node, tri + later) == [((0, 1, 2), 0, 1), ((0, 1, 2), 1, -1),
                                               ((0, 1, 2), 2, 2)]
+
+
+
+def test_naive_plan_errors():
+    flow = Dataflow()
+    g = flow.input("g", EDGES)
+    with pytest.raises(PlanError, match="plan='naive' needs relations with known column"):
+        flow.query(TRI, plan="naive", g=g.map("src + 1 AS src", "dst"))
+    with pytest.raises(PlanError, match="must be 'delta' or 'naive'"):
+        flow.query(TRI, plan="fast")

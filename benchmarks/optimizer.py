@@ -76,9 +76,9 @@ def triangle_flow():
 
 # --------------------------------------------------------------------------- measuring
 def shuffle_bytes(spark) -> int:
-    """Shuffle bytes written by every stage so far (Spark's status store, UI or not)."""
-    stages = spark.sparkContext._jsc.sc().statusStore().stageList(None)
-    return sum(int(stages.get(i).shuffleWriteBytes()) for i in range(stages.size()))
+    """Shuffle bytes written so far by every executor (Spark's status store, UI or not)."""
+    executors = spark.sparkContext._jsc.sc().statusStore().executorList(False)
+    return sum(int(executors.apply(i).totalShuffleWrite()) for i in range(executors.size()))
 
 
 def run_variant(spark, conf, flow, feeds, optimize: bool) -> dict:

@@ -22,8 +22,6 @@ from typing import Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pyspark.sql import functions as F  # noqa: E402
-
 from benchmarks import common  # noqa: E402
 from benchmarks.arrangements import cached, edges  # noqa: E402
 

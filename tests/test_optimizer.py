@@ -211,7 +211,9 @@ def test_identical_arrangements_are_shared_across_outputs():
     flow = sharing_flow()
     done = optimize(flow.outputs)
     assert done.fired["arrange_consolidated"] > 0
-    by_src = lambda plan: {n for n in nodes(plan, ir.Arrange) if n.keys == ("src",)}  # noqa: E731
+    def by_src(plan):
+        return {n for n in nodes(plan, ir.Arrange) if n.keys == ("src",)}
+
     assert len(by_src(flow.outputs)) == 3 and len(by_src(done.plan)) == 2
     assert done.after.state < done.before.state
 

@@ -37,7 +37,8 @@ class Optimized:
 
     def report(self) -> str:
         """The rules that fired (with why each is correct) and the cost of both plans."""
-        lines = ["== rules fired =="]
+        lines = ["== rules fired ==", "(times each rule matched while exploring; the cost "
+                 "model picks the plan)"]
         lines += [f"{name} x{n}: {WHY[name]}" for name, n in sorted(self.fired.items())] or \
             ["(none)"]
         lines += ["== cost ==", f"as written: {self.before}", f"optimized:  {self.after}",

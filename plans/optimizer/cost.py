@@ -160,7 +160,8 @@ class CostModel:
     e-node's declaration directly (egglog's internal form, pinned version): the public
     accessors cost a millisecond per call, and extraction calls this once per e-node."""
 
-    KINDS = {"leaf", "linear", "concat", "consolidate", "arrange", "join", "reduce", "query"}
+    KINDS = frozenset(("leaf", "linear", "concat", "consolidate", "arrange", "join", "reduce",
+                       "query"))
 
     def __init__(self, table: list):
         self.table = table

@@ -42,10 +42,9 @@ from typing import Optional
 from plans import ir
 
 from .errors import InputError, StateError
-from .linear import q
 from .spine import Spine
 from .time import TIME
-from .trace import Trace
+from .trace import Trace, arrange
 
 FORMAT, VERSION = "diffspark-state", 1
 MANIFEST, LOCK, DATA = "manifest.json", "lock", "data"
@@ -212,8 +211,10 @@ class Store:
         if fid is None:
             return None
         from pyspark.sql.types import StructType
+        # checkpointed (lazily), as live frames are: a plain file scan in a union with a
+        # checkpoint fails Spark 4.1's planning ("key not found" in the union's partitioning)
         df = self.spark.read.schema(StructType.fromJson(json.loads(self.schemas[fid]))) \
-            .parquet(os.path.join(self.dir, DATA, fid))
+            .parquet(os.path.join(self.dir, DATA, fid)).localCheckpoint(eager=False)
         self.frames[id(df)] = (df, fid)
         return df
 
@@ -226,13 +227,8 @@ class Store:
             return self._frame(record["frame"])
         keys = record["keys"]
 
-        def arranged(fid):  # the arranged layout back: partitioned by the key, sorted
-            df = self._frame(fid)
-            values = [c for c in df.columns if c not in keys and c != TIME and c != "diff"]
-            parted = df.repartition(self.partitions, *map(q, keys)) if keys else \
-                df.repartition(1)
-            out = parted.sortWithinPartitions(*map(q, keys + values + [TIME])) \
-                .localCheckpoint(eager=False)
+        def arranged(fid):  # the arranged layout back (partitioned by the key, sorted)
+            out = arrange(self._frame(fid), keys, [TIME], self.partitions)[0]
             self.frames[id(out)] = (out, fid)
             return out
 

@@ -138,17 +138,22 @@ def cluster(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def jobs(cluster):
-    """Both jobs submitted at once (the JVM starts overlap); each test waits for its own."""
+def graph(cluster):
+    """An R-MAT graph of 3,000 edges as a SNAP text file: (path, edge list)."""
     from benchmarks.rmat import rmat_edges, write_edges
 
     src, dst = rmat_edges(3000, seed=1)
     write_edges(src, dst, cluster.base / "rmat3k.txt")
+    return cluster.base / "rmat3k.txt", list(zip(src.tolist(), dst.tolist()))
+
+
+@pytest.fixture(scope="module")
+def jobs(cluster, graph):
+    """Both jobs submitted at once (the JVM starts overlap); each test waits for its own."""
     (cluster.base / "xs.csv").write_text(
         "n,time,diff\n" + "".join(f"{r[0]},{t},{d}\n" for r, t, d in KERNEL_UPDATES))
     return {
-        "edges": list(zip(src.tolist(), dst.tolist())),
-        "triangles": cluster.submit("triangles", "--edges", str(cluster.base / "rmat3k.txt")),
+        "triangles": cluster.submit("triangles", "--edges", str(graph[0])),
         "kernel": cluster.submit("run", str(EXAMPLE_PLAN),
                                  "--input", f"xs={cluster.base / 'xs.csv'}",
                                  "--output", str(cluster.base / "out"), "--steps", "2"),
@@ -172,15 +177,15 @@ def test_zip_holds_every_package(tmp_path):
     assert all(n.endswith(".py") for n in names)
 
 
-def test_flagship_triangles_on_the_cluster_equal_local_mode(cluster, jobs, spark, conf):
+def test_flagship_triangles_on_the_cluster_equal_local_mode(graph, jobs, spark, conf):
     """`triangles --edges` on an R-MAT graph of 3,000 edges: the executors read the file,
     the driver counts; the printed count equals local mode and a brute-force count."""
     from executor.triangles import triangles_main
 
     status, out, err = finished(jobs["triangles"])
     assert status == 0, err[-3000:]
-    local = triangles_main(spark, conf, str(cluster.base / "rmat3k.txt"), 1, None, "numpy")
-    known = brute_force_triangles(jobs["edges"])
+    local = triangles_main(spark, conf, str(graph[0]), 1, None, "numpy")
+    known = brute_force_triangles(graph[1])
     assert out.splitlines()[-1] == local[-1] == f"triangles={known}"
     assert known > 1000
 
@@ -219,12 +224,12 @@ def _counts(lines: list[str]) -> list[str]:
 
 
 @pytest.mark.slow
-def test_flagship_stream_on_the_cluster_equals_local_mode(cluster, jobs, spark, conf, capsys):
+def test_flagship_stream_on_the_cluster_equals_local_mode(cluster, graph, spark, conf, capsys):
     """`triangles --stream 1`: the graph loaded, then one step of 40 random changes through
     the incremental dataflow on the executors; every printed count equals local mode."""
     from executor.triangles import stream_demo
 
-    path = cluster.base / "rmat3k.txt"
+    path = graph[0]
     status, out, err = finished(cluster.submit("triangles", "--edges", str(path),
                                                "--stream", "1", "--batch", "40"))
     assert status == 0, err[-3000:]

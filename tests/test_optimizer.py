@@ -313,7 +313,7 @@ def ir_columns(node):
     return columns(node, {})
 
 
-def test_two_atom_joins_and_non_natural_joins_stay_joins():
+def test_two_atom_joins_stay_joins_and_computed_atoms_are_relations():
     flow = Dataflow()
     g = flow.input("g", E)
     flow.output("two", g.map("src AS x", "dst AS y").join(g.map("src AS y", "dst AS z"), on=["y"]))

@@ -23,7 +23,7 @@ from plans import Dataflow, ir
 from plans.optimizer import optimize as optimize_plan
 from plans.ir import PlanError
 
-from . import join, linear, wcoj
+from . import join, limits, linear, wcoj
 from . import reduce as reduce_ops
 from .config import kernel_backend, load_conf, local_query_rows, partitions
 from .consolidate import consolidate
@@ -247,6 +247,7 @@ class Runner:
         step = _Step(sources, upto, given=set(updates))
         try:
             changes, pending, logs = self._run(step)
+            limits.check_outputs(self.conf, changes, self.steps + 1)
             if self._store is not None:
                 self._store.commit(self, {**self._state, **step.commits}, pending, logs,
                                    {"step": self.steps + 1, "lower": lower, "upto": upto,
@@ -256,7 +257,7 @@ class Runner:
             if isinstance(e, AnalysisException):
                 raise
             raise StepError(f"step {self.steps + 1} refused, nothing changed: "
-                            f"{_first_line(e)}") from None
+                            f"{_first_line(e)}{limits.memory_hint(e)}") from None
         self._pending, self._logs = pending, logs
         self._state.update(step.commits)
         for handle, since in step.holds:

@@ -172,7 +172,11 @@ class Store:
         self.plan = plan_fingerprint(runner)
         self.frames: dict[int, tuple[object, str]] = {}  # id(DataFrame) -> (frame, file id)
         self.schemas: dict[str, str] = {}  # file id -> schema JSON
-        self.manifest = self._read_manifest()
+        try:
+            self.manifest = self._read_manifest()
+        except StateError:
+            self.release()
+            raise
         self.replayed = 0  # committed steps a resumed driver has repeated so far
         self.gc()
 
@@ -207,14 +211,17 @@ class Store:
         runner._logs = {n: self._spine(Spine(), o["log"], self._frame)
                         for n, o in m["outputs"].items()}
 
+    def _read(self, fid: str):
+        from pyspark.sql.types import StructType
+        return self.spark.read.schema(StructType.fromJson(json.loads(self.schemas[fid]))) \
+            .parquet(os.path.join(self.dir, DATA, fid))
+
     def _frame(self, fid: Optional[str]):
+        """A restored frame, checkpointed (on first use) as live frames are, so plans over
+        restored and live frames have one shape."""
         if fid is None:
             return None
-        from pyspark.sql.types import StructType
-        # checkpointed (lazily), as live frames are: a plain file scan in a union with a
-        # checkpoint fails Spark 4.1's planning ("key not found" in the union's partitioning)
-        df = self.spark.read.schema(StructType.fromJson(json.loads(self.schemas[fid]))) \
-            .parquet(os.path.join(self.dir, DATA, fid)).localCheckpoint(eager=False)
+        df = self._read(fid).localCheckpoint(eager=False)
         self.frames[id(df)] = (df, fid)
         return df
 
@@ -228,7 +235,7 @@ class Store:
         keys = record["keys"]
 
         def arranged(fid):  # the arranged layout back (partitioned by the key, sorted)
-            out = arrange(self._frame(fid), keys, [TIME], self.partitions)[0]
+            out = arrange(self._read(fid), keys, [TIME], self.partitions)[0]
             self.frames[id(out)] = (out, fid)
             return out
 

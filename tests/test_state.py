@@ -109,8 +109,7 @@ class Crash(BaseException):
 
 
 CRASHES = {  # cuts, crash points (POINT@STEP; the close is the last step), committed after each
-    "default": ([2, 4, HORIZON], ["commit:after-data@2", "commit:before-rename@3",
-                                  "commit:after-rename@4"], [1, 2, 4]),
+    "default": ([3, HORIZON], ["commit:after-data@2", "commit:after-rename@3"], [1, 3]),
     "every point": (CUTS, ["commit:before-data@2", "commit:after-data@3",
                            "commit:before-rename@4", "commit:after-rename@5",
                            "commit:before-rename@6"], [1, 2, 3, 5, 5]),

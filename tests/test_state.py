@@ -13,9 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT, outputs_rows, updates_df
-from executor import InputError, Runner
+from executor import InputError, Runner, StateError
 from executor import state as durable
-from executor.errors import StateError
 from executor.reference import reference
 from plans import Dataflow
 

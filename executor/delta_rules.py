@@ -159,7 +159,8 @@ def _filtered(xp, p: _Prefixes, comparisons) -> _Prefixes:
         return p
     keep = xp.ones(p.t.shape[0], dtype=xp.bool)
     for c in comparisons:
-        a, b = (p.vars[x.name] if isinstance(x, cq.Var) else x.value for x in (c.left, c.right))
+        a, b = (p.vars[x.name] if isinstance(x, cq.Var) else xp.asarray(x.value, dtype=xp.int64)
+                for x in (c.left, c.right))
         keep = xp.logical_and(keep, getattr(xp, _OPS[c.op])(a, b))
     return p.take(xp, xp.nonzero(keep)[0])
 

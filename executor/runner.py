@@ -29,7 +29,7 @@ from .config import kernel_backend, load_conf, local_query_rows, partitions
 from .consolidate import consolidate
 from .errors import InputError, StepError
 from .session import spark_session
-from .spine import Spine, materialise, materialise_all
+from .spine import Spine, is_local, materialise, materialise_all
 from .trace import Trace, View, arrange
 from .time import DIFF, INFINITY, TIME
 from .updates import normalise, read_source
@@ -106,7 +106,7 @@ class Runner:
         except AnalysisException as e:
             raise PlanError(f"{node.label()}: {_first_line(e)}") from None
         if isinstance(node, (ir.Reduce, ir.Query)) and not step.resolving \
-                and node not in step.empty:
+                and node not in step.empty and not is_local(df):
             df = materialise(df)  # computed once, however many operators read it
         step.memo[node] = df
         return df

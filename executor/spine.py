@@ -20,6 +20,11 @@ def materialise(df: DataFrame) -> DataFrame:
     return df.localCheckpoint(eager=True)
 
 
+def is_local(df: DataFrame) -> bool:
+    """Whether `df` is rows held by the driver's plan (createDataFrame): nothing to compute."""
+    return df._jdf.queryExecution().analyzed().getClass().getSimpleName() == "LocalRelation"
+
+
 def materialise_counted(df: DataFrame) -> tuple[DataFrame, int]:
     """materialise and count in the same single job (the count is what computes it)."""
     frame = df.localCheckpoint(eager=False)

@@ -259,14 +259,16 @@ class Store:
                          f"runner repeats its committed steps in order, then continues)")
 
     def skip(self, record: dict, digests: dict) -> None:
-        """Accept a repeated step if its inputs are the ones committed."""
-        for name in sorted(set(record["inputs"]) | set(digests)):
-            if record["inputs"].get(name) != digests.get(name):
+        """Accept a repeated step if its inputs are the ones committed (an empty input and
+        an input not given are the same)."""
+        given = {n: d for n, d in digests.items() if not d.startswith("0:")}
+        committed = {n: d for n, d in record["inputs"].items() if not d.startswith("0:")}
+        for name in sorted(set(committed) | set(given)):
+            if committed.get(name) != given.get(name):
                 raise InputError(
                     name, "-", f"differs from the input committed at step {record['step']} "
                     f"(rule: a resumed run repeats committed steps with the same inputs)",
-                    f"content hash {record['inputs'].get(name)} committed, "
-                    f"{digests.get(name)} given")
+                    f"content hash {committed.get(name)} committed, {given.get(name)} given")
         self.replayed += 1
 
     # -------------------------------------------------------------- commit

@@ -207,6 +207,8 @@ def test_resume_refuses_other_inputs_plans_and_steps(spark, conf, tmp_path):
         again.step({"e": updates_df(spark, E, [((1, 3), 0, 1)])}, upto=2)
     with pytest.raises(StateError, match="step 1 was committed with upto=2"):
         again.step({"e": updates_df(spark, E, [((1, 2), 0, 1)])}, upto=1)
+    assert again.step({"e": updates_df(spark, E, [((1, 2), 0, 1)]),  # an empty input: as absent
+                       "n": updates_df(spark, N, [])}, upto=2).skipped
     again.release_state()
     other = Dataflow()
     other.output("e", other.input("e", E).map("src"))

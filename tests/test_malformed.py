@@ -140,7 +140,7 @@ def durable(spark, conf, tmp_path_factory):
     runner.release_state()
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 @given(case=malformed())
 def test_malformed_input_is_refused_and_changes_nothing(spark, durable, case):
     runner, where, before, tmp = durable

@@ -188,13 +188,5 @@ def _consolidated(p: DataFrame, variables: list[str]) -> DataFrame:
 
 def _filter(p: DataFrame, comparisons) -> DataFrame:
     for c in comparisons:
-        p = p.where(f"{_sql(c.left)} {c.op} {_sql(c.right)}")
+        p = p.where(c.sql())
     return p
-
-
-def _sql(term) -> str:
-    if isinstance(term, cq.Var):
-        return q(term.name)
-    if isinstance(term.value, str):
-        return "'" + term.value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    return repr(term.value)

@@ -28,7 +28,7 @@ def naive_query(query: cq.Query, order, relations: dict, columns: dict):
         prefix = _extend(relations, columns, query, prefix, bound, step)
         bound.append(step.var)
         if step.comparisons:
-            prefix = prefix.filter(" AND ".join(map(_sql, step.comparisons)))
+            prefix = prefix.filter(" AND ".join(c.sql() for c in step.comparisons))
     return prefix.map(*(_q(v) for v in query.head))
 
 
@@ -71,7 +71,7 @@ def _atom(relations, columns, atom: cq.Atom, comparisons):
     conds, first = [], {}
     for k, t in enumerate(atom.terms):
         if isinstance(t, cq.Const):
-            conds.append(f"{_q(cols[k])} = {_sql_term(t)}")
+            conds.append(f"{_q(cols[k])} = {cq.sql(t)}")
         elif t.name in first:
             conds.append(f"{_q(cols[k])} = {_q(cols[first[t.name]])}")
         else:
@@ -79,19 +79,7 @@ def _atom(relations, columns, atom: cq.Atom, comparisons):
     if conds:
         c = c.filter(" AND ".join(conds))
     c = c.map(*(f"{_q(cols[k])} AS {_q(v)}" for v, k in first.items()))
-    return c.filter(" AND ".join(map(_sql, comparisons))) if comparisons else c
-
-
-def _sql(c: cq.Comparison) -> str:
-    return f"{_sql_term(c.left)} {c.op} {_sql_term(c.right)}"
-
-
-def _sql_term(t) -> str:
-    if isinstance(t, cq.Var):
-        return _q(t.name)
-    if isinstance(t.value, str):
-        return "'" + t.value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    return repr(t.value)
+    return c.filter(" AND ".join(c.sql() for c in comparisons)) if comparisons else c
 
 
 def _q(name: str) -> str:

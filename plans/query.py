@@ -84,6 +84,19 @@ class Comparison:
     def __str__(self):
         return f"{self.left} {self.op} {self.right}"
 
+    def sql(self) -> str:
+        """The comparison as a Spark SQL condition over columns named like the variables."""
+        return f"{sql(self.left)} {self.op} {sql(self.right)}"
+
+
+def sql(term: Term) -> str:
+    """A term as Spark SQL: a variable's backquoted column, or a constant's literal."""
+    if isinstance(term, Var):
+        return f"`{term.name}`"
+    if isinstance(term.value, str):
+        return "'" + term.value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return repr(term.value)
+
 
 @dataclass(frozen=True)
 class Query:

@@ -278,10 +278,7 @@ def save_plot(path: Path, rows: list[dict]) -> Optional[Path]:
     ax.set_ylabel("seconds")
     ax.set_title("join + count: 1,000 updates, incremental vs recompute")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return common.save_figure(fig, path)
 
 
 def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:

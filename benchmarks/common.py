@@ -375,6 +375,13 @@ def save_png(path: Path, labels: Sequence[str], seconds: Sequence[float],
     ax.barh(list(labels)[::-1], list(seconds)[::-1])
     ax.set_xlabel("seconds (best)")
     ax.set_title(title)
+    return save_figure(fig, path)
+
+
+def save_figure(fig, path: Path) -> Path:
+    """Lay out, write as PNG (folders made) and close a matplotlib figure."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

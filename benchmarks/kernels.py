@@ -128,11 +128,7 @@ def save_plot(path: Path, rows: list[dict], backend: str) -> Optional[Path]:
     ax.set_xlabel("milliseconds (log)")
     ax.set_title(f"kernels at {rows[0]['rows']:,} rows" if rows else "kernels")
     ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return common.save_figure(fig, path)
 
 
 if __name__ == "__main__":

@@ -264,11 +264,7 @@ def save_plot(path: Path, name: str, rows: list) -> Optional[Path]:
     ax.set_xlabel("seconds (log)")
     ax.set_title(f"{name}: diffspark vs baseline")
     ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return common.save_figure(fig, path)
 
 
 if __name__ == "__main__":

@@ -164,10 +164,6 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
     payloads: dict[str, dict] = {}
     run_file = results / "run_all.json"
     if args.report_only:
-        for b in chosen:
-            path = results / f"{b.name}.json"
-            if path.is_file():
-                payloads[b.name] = json.loads(path.read_text())
         quick = json.loads(run_file.read_text())["quick"] if run_file.is_file() else args.quick
     else:
         quick = args.quick
@@ -185,12 +181,19 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
                 spark.stop()
         common.save_json(run_file, {"quick": quick, "command": common.command_line(argv),
                                     "benchmarks": sorted(payloads)})
-    tables = {b.name: b.summary(payloads[b.name]) for b in chosen if b.name in payloads}
+    # the table shows every benchmark with results, saved ones where not run now (so a
+    # partial run, --only, still writes the whole README table); --report-only shows `chosen`
+    shown = chosen if args.report_only else BENCHMARKS
+    for b in shown:
+        path = results / f"{b.name}.json"
+        if b.name not in payloads and path.is_file():
+            payloads[b.name] = json.loads(path.read_text())
+    tables = {b.name: b.summary(payloads[b.name]) for b in shown if b.name in payloads}
     # a benchmark with its own table has its own plot (--png); the others get diffspark vs
     # baseline per case
     plots = {b.name: results / f"{b.name}.png" if b.table else
              save_plot(results / f"{b.name}_vs_baseline.png", b.name, tables[b.name])
-             for b in chosen if b.name in tables}
+             for b in shown if b.name in tables}
     text = results_markdown(tables, plots, payloads, args, quick, readme)
     print(text)
     if readme is not None:

@@ -62,8 +62,7 @@ def run(xp, query: cq.Query, rules, seeds: dict, lookup: Lookup, chunk_rows: int
     wants: dict = {}
     for rule, p in states:
         for val in rule.validators:
-            req = Request(val.relation, tuple(k for k, _ in val.columns), None, (),
-                          val.constants)
+            req = _validator_request(val)
             wants.setdefault(req, []).append([p.vars[v] for _, v in val.columns])
     got = lookup(wants) if wants else {}
     states = [(rule, _validated(xp, rule, p, got)) for rule, p in states]
@@ -87,6 +86,10 @@ def _request(e: cq.Extender) -> Request:
     return Request(e.relation, tuple(k for k, _ in e.key), e.value, e.repeats, e.constants)
 
 
+def _validator_request(val: cq.Validator) -> Request:
+    return Request(val.relation, tuple(k for k, _ in val.columns), None, (), val.constants)
+
+
 def _seed(xp, rule: cq.DeltaRule, columns, t, d) -> _Prefixes:
     keep = xp.ones(t.shape[0], dtype=xp.bool)
     for k, x in rule.constants:
@@ -103,7 +106,7 @@ def _seed(xp, rule: cq.DeltaRule, columns, t, d) -> _Prefixes:
 
 def _validated(xp, rule: cq.DeltaRule, p: _Prefixes, got: dict) -> _Prefixes:
     for val in rule.validators:
-        req = Request(val.relation, tuple(k for k, _ in val.columns), None, (), val.constants)
+        req = _validator_request(val)
         rows, prefix = _codes(xp, got[req][0], [p.vars[v] for _, v in val.columns],
                               got[req][2].shape[0], p.t.shape[0])
         zero = xp.zeros_like(rows)
@@ -125,9 +128,10 @@ def _extended(xp, step: cq.Extension, p: _Prefixes, got: dict, chunk_rows: int) 
         keys.append(prefix)
     reads = [e.reads for e in step.extenders]
     parts = []
-    for lo, hi in _chunks(xp, indices, keys, chunk_rows):
-        parent, value, d = extend_as_of(xp, [k[lo:hi] for k in keys], p.t[lo:hi],
-                                        p.d[lo:hi], indices, reads)
+    ranges = [row_ranges(xp, ix.csr, k) for ix, k in zip(indices, keys)]
+    for lo, hi in _chunks(xp, ranges, chunk_rows):
+        parent, value, d = extend_as_of(xp, None, p.t[lo:hi], p.d[lo:hi], indices, reads,
+                                        [(a[lo:hi], b[lo:hi]) for a, b in ranges])
         grown = p.take(xp, parent + lo)
         grown = _Prefixes(grown.vars | {step.var: value}, grown.t, d)
         parts.append(_consolidated(xp, _filtered(xp, grown, step.comparisons)))
@@ -137,16 +141,15 @@ def _extended(xp, step: cq.Extension, p: _Prefixes, got: dict, chunk_rows: int) 
                      xp.concat([q.t for q in parts]), xp.concat([q.d for q in parts]))
 
 
-def _chunks(xp, indices, keys, chunk_rows: int):
+def _chunks(xp, ranges, chunk_rows: int):
     """[lo, hi) prefix ranges whose proposals (bounded by the least count) stay near
     chunk_rows, so a hub does not blow up memory."""
-    n = keys[0].shape[0] if keys else 0
+    n = ranges[0][0].shape[0] if ranges else 0
     if n == 0:
         return []
-    counts = [hi - lo for lo, hi in (row_ranges(xp, ix.csr, k) for ix, k in zip(indices, keys))]
-    least = counts[0]
-    for c in counts[1:]:
-        least = xp.minimum(least, c)
+    least = ranges[0][1] - ranges[0][0]
+    for lo, hi in ranges[1:]:
+        least = xp.minimum(least, hi - lo)
     ends = xp.cumulative_sum(least)
     cuts = xp.searchsorted(ends, xp.arange(chunk_rows, int(ends[-1]) + 1, chunk_rows,
                                            dtype=ends.dtype), side="right")

@@ -49,7 +49,7 @@ def multiplicity(xp, index, lo, hi, value, t, reads):
     return xp.take(index.running, stop) - xp.take(index.running, first)
 
 
-def extend_as_of(xp, keys, t, diff, indices, reads):
+def extend_as_of(xp, keys, t, diff, indices, reads, ranges=None):
     """Bind one variable for n prefixes (prefix r at time t[r] with diff[r]) through k
     extenders: extender j's updates are indices[j], its key for prefix r is keys[j][r], and
     it reads as of reads[j] ("new" or "old").
@@ -60,10 +60,14 @@ def extend_as_of(xp, keys, t, diff, indices, reads):
     the proposed value as of t. Returns (parent, value, diff) with zero diffs dropped; the
     same (parent, value) may occur several times (one per proposing update): summing them
     (consolidation) gives prefix diff x the product of the multiplicities.
+
+    `ranges`, if given, are the per-extender (lo, hi) of row_ranges for the keys (then
+    `keys` is not read), for callers that already looked them up.
     """
     if not indices:
         raise ValueError("extend_as_of needs at least one extender")
-    ranges = [row_ranges(xp, ix.csr, k) for ix, k in zip(indices, keys)]
+    if ranges is None:
+        ranges = [row_ranges(xp, ix.csr, k) for ix, k in zip(indices, keys)]
     counts = xp.stack([hi - lo for lo, hi in ranges], axis=1)
     live = xp.nonzero(xp.min(counts, axis=1) > 0)[0]
     winner = xp.argmin(xp.take(counts, live, axis=0), axis=1)

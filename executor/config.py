@@ -20,12 +20,15 @@ __all__ = [
     "kernel_backend",
     "load_conf",
     "local_query_rows",
+    "max_rounds",
     "partitions",
     "profile_path",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIGS_DIR = REPO_ROOT / "configs"
+MAX_ROUNDS_KEY = "diffspark.iterate.max_rounds"
+DEFAULT_MAX_ROUNDS = 1000
 PROFILES = {"cpu": CONFIGS_DIR / "cpu.conf", "gpu": CONFIGS_DIR / "gpu.conf"}
 
 BACKEND_KEY = "diffspark.kernel.backend"
@@ -121,6 +124,11 @@ def local_query_rows(conf: Mapping[str, str]) -> int:
     """The most seed updates a step of a conjunctive query runs on the driver's array
     backend, against index rows fetched by key; larger steps run as Spark SQL."""
     return _positive_int(conf, LOCAL_QUERY_ROWS_KEY, DEFAULT_LOCAL_QUERY_ROWS)
+
+
+def max_rounds(conf: Mapping[str, str]) -> int:
+    """The most rounds one step of an iterate may take before it is refused as divergent."""
+    return _positive_int(conf, MAX_ROUNDS_KEY, DEFAULT_MAX_ROUNDS)
 
 
 def _positive_int(conf: Mapping[str, str], key: str, default: int) -> int:

@@ -28,13 +28,14 @@ from .trace import View
 GT, NEXT, M = "__gt", "__next", "__m"
 
 
-def output(node: ir.Reduce, acc: DataFrame, records: list[str], backend: str) -> DataFrame:
+def output(node: ir.Reduce, acc: DataFrame, records: list[str], backend: str,
+           grid: tuple[str, ...] = (GT,)) -> DataFrame:
     """Per (key, grid time): the reduction's output records with multiplicity M, from the
-    accumulated multiset `acc` (keys, GT, records, M != 0)."""
+    accumulated multiset `acc` (keys, grid time columns, records, M != 0)."""
     red = node.reduction
-    by = [*map(q, node.by), GT]
+    by = [*map(q, node.by), *grid]
     if red.kind == "kernel":
-        return kernels.reduce_groups(acc, list(node.by), red, [GT], M, backend)
+        return kernels.reduce_groups(acc, list(node.by), red, list(grid), M, backend)
     if red.kind == "count":
         return (acc.groupBy(*by).agg(F.sum(M).alias("count")).where(F.col("count") != 0)
                 .withColumn(M, F.lit(1).cast("bigint")))
@@ -47,11 +48,12 @@ def output(node: ir.Reduce, acc: DataFrame, records: list[str], backend: str) ->
         return (acc.where(F.col(M) > 0).groupBy(*by).agg(agg(q(red.column)).alias(red.column))
                 .withColumn(M, F.lit(1).cast("bigint")))
     if red.kind == "distinct":
-        return acc.where(F.col(M) > 0).select(*map(q, records), GT,
+        return acc.where(F.col(M) > 0).select(*map(q, records), *grid,
                                               F.lit(1).cast("bigint").alias(M))
     if red.kind == "threshold":
-        counted = acc.select(*map(q, records), GT, F.col(M).alias("count"))
-        return (counted.selectExpr(*map(q, records), GT, f"CAST(({red.expr}) AS BIGINT) AS {M}")
+        counted = acc.select(*map(q, records), *grid, F.col(M).alias("count"))
+        return (counted.selectExpr(*map(q, records), *grid,
+                                   f"CAST(({red.expr}) AS BIGINT) AS {M}")
                 .where(F.col(M) != 0))
     if red.kind == "top_k":
         order = [F.expr(red.expr).asc_nulls_first()] + [F.col(q(c)).asc_nulls_first()
@@ -59,7 +61,7 @@ def output(node: ir.Reduce, acc: DataFrame, records: list[str], backend: str) ->
         w = Window.partitionBy(*by).orderBy(*order).rowsBetween(Window.unboundedPreceding, 0)
         ranked = acc.where(F.col(M) > 0).withColumn("__before", F.sum(M).over(w) - F.col(M))
         return (ranked.where(F.col("__before") < red.k)
-                .select(*map(q, records), GT,
+                .select(*map(q, records), *grid,
                         F.least(F.col(M), F.lit(red.k) - F.col("__before")).alias(M)))
     raise PlanError(f"{node.label()}: unknown reduction {red.kind}")
 

@@ -4,6 +4,7 @@ assuming a single integer, so nested scopes need no operator changes."""
 from __future__ import annotations
 
 TIME = "time"
+ITERATION = "__iteration"  # the coordinate an iterate scope adds (executor/iterate.py)
 DIFF = "diff"
 INFINITY = 2**63 - 1  # the frontier after close(): every time is below it
 

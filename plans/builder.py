@@ -19,6 +19,7 @@ class Dataflow:
     def __init__(self):
         self.inputs: dict[str, ir.Input] = {}
         self.outputs: dict[str, ir.Node] = {}
+        self._scopes = 0  # iterate scopes made so far: names their variables
 
     def input(self, name: str, schema: str) -> "Collection":
         """Declare an input collection with a Spark DDL record schema."""
@@ -100,6 +101,22 @@ def _known_columns(node: ir.Node) -> Optional[list[str]]:
     if isinstance(node, ir.Linear) and all(isinstance(s, same) for s in node.stages):
         return _known_columns(node.input)
     return None
+
+
+def _check_scope(node: ir.Iterate) -> None:
+    """Refuse, when the plan is built, what an iteration scope cannot run: operators that
+    move records to later epochs (their changes would outlive the step's rounds), worst-case
+    optimal joins and nested scopes (their times are single epochs)."""
+    inner, _ = ir.scope_of(node)
+    for n in inner:
+        stages = n.stages if isinstance(n, ir.Linear) else ()
+        bad = [s for s in stages if isinstance(s, (ir.TemporalFilter, ir.JoinFunction))]
+        if bad:
+            raise PlanError(f"iterate: {bad[0].label()} inside the body; rule: operators that "
+                            f"set times (temporal_filter, join_function) go outside iterate")
+        if isinstance(n, (ir.Query, ir.Iterate)):
+            raise PlanError(f"iterate: {n.label()} inside the body reads the variable; rule: "
+                            f"queries and nested iterates over the variable are not supported")
 
 
 def _names_arg(names, what: str) -> tuple[str, ...]:
@@ -249,6 +266,23 @@ class Collection:
             raise PlanError(f"top_k: k must be a positive integer, got {k!r}")
         return self._reduce(by, ir.Reduction("top_k", expr=order_by, k=k), "top_k")
 
+
+    # ---- iteration to a fixed point (times inside gain an iteration coordinate)
+    def iterate(self, body: Callable[["Collection"], "Collection"]) -> "Collection":
+        """The fixed point of `body` starting from this collection: a variable starts as
+        this collection and becomes `body(variable)` each round until nothing changes.
+        Collections and arrangements of the dataflow may be used inside `body` directly
+        (they enter the scope at iteration 0; an arrangement enters without a copy)."""
+        if not callable(body):
+            raise PlanError(f"iterate: body must be a function of the variable, got {body!r}")
+        self.flow._scopes += 1
+        variable = ir.Variable(self.flow._scopes)
+        result = body(Collection(self.flow, variable))
+        if not isinstance(result, Collection) or result.flow is not self.flow:
+            raise PlanError("iterate: body must return a Collection of this Dataflow")
+        node = ir.Iterate(self._collection_node(), variable, result.node)
+        _check_scope(node)
+        return Collection(self.flow, node)
 
     def reduce(self, by, *, kernel: Callable, schema: str) -> "Collection":
         """A user reduction as a vectorised kernel: `kernel(xp, group, cols, count)` sees

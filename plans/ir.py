@@ -8,6 +8,7 @@ instance of `join_function`, and a chain of stages is their composition (`follow
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import TYPE_CHECKING, Callable, Optional
 
 if TYPE_CHECKING:  # plans.query imports PlanError from here
@@ -215,6 +216,11 @@ def explain(outputs: dict[str, Node]) -> str:
     def visit(n: Node, depth: int):
         mark = "  [shared]" if n in shared else ""
         lines.append("  " * depth + n.label() + mark)
+        if isinstance(n, Iterate):
+            visit(n.input, depth + 1)
+            lines.append("  " * (depth + 1) + "body:")
+            visit(n.body, depth + 2)
+            return
         for c in n.children():
             visit(c, depth + 1)
 
@@ -330,3 +336,67 @@ class Query(Node):
 
     def label(self):
         return f"Query[{self.query}; order {', '.join(self.order)}]"
+
+
+# --------------------------------------------------------------------------- iteration
+@dataclass(frozen=True)
+class Variable(Node):
+    """The loop variable of one Iterate scope: inside the body it is the collection as of
+    the previous round (`scope` tells the iterates of a dataflow apart)."""
+
+    scope: int
+
+    def label(self):
+        return f"Variable v{self.scope}"
+
+
+@dataclass(frozen=True)
+class Iterate(Node):
+    """`variable` starts as `input` and becomes `body` (a plan over the variable and outer
+    collections) round after round until nothing changes; the result is the fixed point.
+    Inside the scope times gain an iteration coordinate. Children are the input and the
+    outer nodes the body reads (they are built outside the scope and enter it at
+    iteration 0), so the outer plan arranges and shares them like any other node."""
+
+    input: Node
+    variable: Variable
+    body: Node
+
+    def children(self):
+        return (self.input,) + scope_of(self)[1]
+
+    def with_children(self, kids):
+        outer = scope_of(self)[1]
+        swap = dict(zip(outer, kids[1:]))
+        rebuilt: dict[Node, Node] = {}
+
+        def rebuild(n: Node) -> Node:
+            if n in swap:
+                return swap[n]
+            if n not in rebuilt:
+                rebuilt[n] = n.with_children(tuple(rebuild(c) for c in n.children()))
+            return rebuilt[n]
+
+        return replace(self, input=kids[0], body=rebuild(self.body))
+
+    def label(self):
+        return f"Iterate[v{self.variable.scope}]"
+
+
+@lru_cache(maxsize=256)
+def scope_of(node: Iterate) -> tuple[list[Node], tuple[Node, ...]]:
+    """(inner nodes, children before parents; outer nodes the inner ones read). A node is
+    inner when it depends on the variable; everything else is outside the scope."""
+    inner: dict[Node, bool] = {}
+
+    def depends(n: Node) -> bool:
+        if n not in inner:
+            inner[n] = n == node.variable or any([depends(c) for c in n.children()])
+        return inner[n]
+
+    depends(node.body)
+    inside = [n for n in topological([node.body]) if inner.get(n)]
+    if not inside:
+        return [], (node.body,)
+    outer = {c: None for n in inside for c in n.children() if not inner[c]}
+    return inside, tuple(outer)

@@ -51,9 +51,11 @@ def accumulate(updates: Iterable[Update], at: int) -> Counter:
 class Interpreter:
     """Evaluates a plan's outputs on whole update streams, memoised per node."""
 
-    def __init__(self, inputs: dict[str, list[Update]], evaluator: Evaluator):
+    def __init__(self, inputs: dict[str, list[Update]], evaluator: Evaluator,
+                 max_rounds: int = 1000):
         self.inputs = inputs
         self.sql = evaluator
+        self.max_rounds = max_rounds  # an iterate's divergence guard
         self.memo: dict[ir.Node, tuple[str, list[Update]]] = {}
 
     def run(self, outputs: dict[str, ir.Node]) -> dict[str, list[Update]]:
@@ -129,6 +131,32 @@ class Interpreter:
                         for v in q.head for r, k in [q.binding(v)])
         return ddl, _per_time([ups for _, ups in parts.values()],
                               lambda *accs: _cq_static(q, dict(zip(parts, accs))))
+
+    def _Variable(self, n: ir.Variable):
+        raise ir.PlanError(f"{n.label()}: used outside its iterate body")
+
+    def _Iterate(self, n: ir.Iterate):
+        """At every time: start the variable at the accumulated input, apply the body
+        statically (outer collections accumulated at that time) until the variable stops
+        changing; the fixed point is the result. No product times here: the executor's
+        rounds over (epoch, iteration) are checked against this."""
+        ddl, x = self.eval(n.input)
+        _, outer = ir.scope_of(n)
+        outers = {o: self.eval(o) for o in outer}
+
+        def static(acc_x: Counter, *acc_outer: Counter) -> Counter:
+            seeded = {o: (d, _at_zero(acc)) for (o, (d, _)), acc in zip(outers.items(), acc_outer)}
+            v = acc_x
+            for _ in range(self.max_rounds):
+                sub = Interpreter({}, self.sql, self.max_rounds)
+                sub.memo = {**seeded, n.variable: (ddl, _at_zero(v))}
+                nxt = accumulate(sub.eval(n.body)[1], 0)
+                if nxt == v:
+                    return v
+                v = nxt
+            raise ir.PlanError(f"{n.label()}: no fixed point after {self.max_rounds} rounds")
+
+        return ddl, _per_time([x] + [ups for _, ups in outers.values()], static)
 
     def _Reduce(self, n: ir.Reduce):
         """At every time: group the accumulated input by `by`, apply the reduction."""
@@ -239,6 +267,11 @@ class Interpreter:
 
     def _stage_Kernel(self, s: ir.Kernel, ddl, ups):
         return s.schema, apply_kernel(s.fn, _names(ddl), _names(s.schema), ups)
+
+
+def _at_zero(acc: Counter) -> list[Update]:
+    """An accumulated collection as updates at time 0."""
+    return [(r, 0, m) for r, m in acc.items()]
 
 
 def _reduce_group(red: ir.Reduction, key: tuple, members, col, values):

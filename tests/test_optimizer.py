@@ -175,6 +175,48 @@ def test_pushdown_rule_fires_and_the_predicate_moves_below(rule):
     assert done.after.total < done.before.total
 
 
+def projection_flows() -> dict[str, Dataflow]:
+    """One-output plans where a projection of a join's output narrows the join's sides (key
+    columns kept; the projection itself stays on top), named by the rule that fires."""
+    def flow_of(make):
+        flow = Dataflow()
+        e, f, w = flow.input("e", E), flow.input("f", E), flow.input("w", W)
+        flow.output("out", make(e, f, w.map("node AS src", "w")))
+        return flow
+
+    return {name: flow_of(make) for name, make in {
+        "project_below_join": lambda e, f, w: e.join(w, on=["src"]).map("w AS weight", "src"),
+        "project_below_join (semijoin)": lambda e, f, w: e.map("dst", "src", "src + dst AS s")
+        .semijoin(w, on=["src"]).map("s", "s AS t"),
+        "narrow_below_filter": lambda e, f, w: f.join(w, on=["src"]).filter("w > 0")
+        .map("dst", "src"),
+    }.items()}
+
+
+@pytest.mark.parametrize("rule", sorted(projection_flows()))
+def test_projection_narrows_the_sides_of_a_join(rule):
+    from plans.optimizer.columns import columns
+    flow = projection_flows()[rule]
+    done = optimize(flow.outputs)
+    assert done.fired.get(rule.split()[0], 0) > 0 and done.fired.get("project_below_join", 0) > 0
+    out = done.plan["out"]
+    assert isinstance(out, ir.Linear) and out.stages == flow.outputs["out"].stages
+    [before], [after] = nodes(flow.outputs, ir.Join), nodes(done.plan, ir.Join)
+    width = [len(columns(side, {})) for j in (before, after) for side in (j.left, j.right)]
+    assert width[2] + width[3] < width[0] + width[1]  # fewer columns arranged
+    assert done.after.cells < done.before.cells and done.after.total < done.before.total
+
+
+def test_projections_reading_computed_or_every_column_stay():
+    flow = Dataflow()
+    e, w = flow.input("e", E), flow.input("w", W)
+    j = e.join(w.map("node AS src", "w"), on=["src"])
+    flow.output("computed", j.map("src", "dst + w AS s"))
+    flow.output("every", j.map("w", "dst", "src AS key"))
+    plan = optimize(flow.outputs).plan
+    assert plan == flow.outputs
+
+
 def test_filters_over_a_shared_join_stay_above_it():
     """Moving both filters below would arrange both inputs twice: the cost keeps one join."""
     flow = Dataflow()
@@ -219,8 +261,8 @@ def test_identical_arrangements_are_shared_across_outputs():
 
 
 def every_rule_flows() -> list[Dataflow]:
-    return [fused_flow(), sharing_flow(), *pushdown_flows().values(), naive_triangles(False),
-            naive_triangles(True)]
+    return [fused_flow(), sharing_flow(), *pushdown_flows().values(),
+            *projection_flows().values(), naive_triangles(False), naive_triangles(True)]
 
 
 @settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
@@ -229,7 +271,8 @@ def test_optimized_plans_match_the_reference(spark, inputs):
     """A few flows, few examples (each costs Spark evaluations): the slow test runs all."""
     pushdown = pushdown_flows()
     flows = [fused_flow(), sharing_flow(), naive_triangles(True),
-             pushdown["filter_below_join_key"], pushdown["filter_below_semijoin"]]
+             pushdown["filter_below_join_key"], pushdown["filter_below_semijoin"],
+             projection_flows()["narrow_below_filter"]]
     agree(spark, flows, {**inputs, "g": inputs["e"] + inputs["f"]})
 
 
@@ -258,17 +301,51 @@ def test_optimized_plan_runs_on_spark(spark, conf):
     weights = w.map("node AS src", "w")
     flow.output("key", e.join(weights, on=["src"]).filter("src != 2"))
     flow.output("left", e.join(weights.filter("w > 0"), on=["src"]).filter("dst > 2"))
+    flow.output("narrow", flow.input("f", E).join(w.map("node AS src", "w AS v"), on=["src"])
+                .map("v", "src"))
     runner = on_spark(spark, conf, flow)
     assert runner.plan == optimize(flow.outputs).plan != flow.outputs
-    assert {"filter_below_join_key", "filter_below_join_left", "fuse"} <= \
-        set(optimize(flow.outputs).fired)
+    assert {"filter_below_join_key", "filter_below_join_left", "fuse", "project_below_join"} \
+        <= set(optimize(flow.outputs).fired)
+    assert len(nodes({"n": runner.plan["narrow"]}, ir.Join)[0].left.input.stages) == 1
     from executor import Runner
     assert Runner(flow, conf=conf, spark=spark, optimize=False).plan == flow.outputs
 
 
+def runners_agree(spark, conf, flow, inputs: dict, cuts) -> None:
+    """Runner(optimize=False) and Runner(optimize=True) fed the same steps (ending at each
+    cut, then closed) have equal outputs after every step."""
+    from conftest import outputs_rows, updates_df
+    from executor import Runner
+    runners = [Runner(flow, conf=conf, spark=spark, optimize=o) for o in (False, True)]
+    assert runners[1].plan != runners[0].plan
+    lo = 0
+    for upto in list(cuts) + [None]:
+        for runner in runners:
+            if upto is None:
+                runner.close()
+            else:
+                runner.step({n: updates_df(spark, W if n == "w" else E,
+                                           [u for u in inputs[n] if lo <= u[1] < upto])
+                             for n in flow.inputs}, upto=upto)
+        lo = upto
+        written, optimized = (outputs_rows(r, list(flow.outputs)) for r in runners)
+        assert optimized == written, f"after the step to {upto}"
+
+
+@pytest.mark.slow
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(inputs=streams, data=st.data())
+def test_optimized_runners_match_written_runners_long(spark, conf, inputs, data):
+    """Through Spark: one rule's flow per example, random updates in three steps."""
+    flows = every_rule_flows()
+    flow = flows[data.draw(st.integers(0, len(flows) - 1), label="flow")]
+    runners_agree(spark, conf, flow, {**inputs, "g": inputs["e"] + inputs["f"]}, cuts=(2, 4))
+
+
 @pytest.mark.slow
 def test_shared_and_pushed_down_plans_run_on_spark(spark, conf):
-    for flow in (sharing_flow(), *pushdown_flows().values()):
+    for flow in (sharing_flow(), *pushdown_flows().values(), *projection_flows().values()):
         on_spark(spark, conf, flow, cuts=(1, 3, 4))
 
 
@@ -347,6 +424,7 @@ def fifty_operators() -> Dataflow:
     for i in range(4):
         flow.output(f"count{i}", c.concat(e.negate()).filter(f"dst > {i}").count(by=["src"]))
     flow.output("pairs", c.join(f, on=["src"]).filter("src > 1").distinct())
+    flow.output("narrow", c.join(f.map("src", "dst AS d"), on=["src"]).map("d", "src"))
     return flow
 
 

@@ -3,7 +3,8 @@ a join a predicate reads, which join trees are conjunctive queries).
 
 Every IR node has one term (decoding it gives the node back); nodes the optimizer does not
 model become opaque leaves that decode to themselves, so a plan it does not understand still
-runs unchanged. Predicates move as one-stage Linear nodes (what the builder makes).
+runs unchanged. Predicates and projections move as one-stage Linear nodes (what the
+builder makes).
 """
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from egglog import EGraph, Vec, i64, union
 
 from .. import ir
 from . import conjunctive
-from .columns import columns, lower, stage_refs
-from .terms import Coll, Stream, colls, push_key, push_left, push_right, query_of
+from .columns import columns, lower, renames, stage_refs
+from .terms import (Coll, Stream, colls, keeps_columns, narrow_sides, push_key, push_left,
+                    push_right, query_of)
 
 
 @dataclass
@@ -25,6 +27,7 @@ class Encoding:
     ids: dict = field(default_factory=dict)
     terms: dict = field(default_factory=dict)   # IR node -> Coll term
     stages: dict = field(default_factory=dict)  # pushable stage -> (its refs, Vec term)
+    projections: dict = field(default_factory=dict)  # renaming map -> (its sources, Vec)
     columns: dict = field(default_factory=dict)
 
     def payload(self, kind: str, obj) -> int:
@@ -45,6 +48,10 @@ class Encoding:
             refs = stage_refs(n.stages[0]) if len(n.stages) == 1 else None
             if refs:
                 self.stages[n.stages[0]] = (refs, vec)
+            if len(n.stages) == 1 and isinstance(n.stages[0], ir.Map):
+                pairs = renames(n.stages[0].exprs)
+                if pairs:
+                    self.projections[n.stages[0]] = (lower(s for s, _ in pairs), vec)
             return Coll.linear(self.coll(n.input), vec)
         if isinstance(n, ir.Concat):
             return Coll.concat(colls(self.coll(c) for c in n.inputs))
@@ -77,6 +84,7 @@ def encode(outputs: dict[str, ir.Node], egraph: EGraph, incremental: bool) -> tu
             facts += _join_facts(enc, n)
         elif isinstance(n, ir.Reduce):
             facts += _reduce_facts(enc, n)
+    facts += [keeps_columns(vec) for _, vec in enc.stages.values()]
     if incremental:
         for n in nodes:
             facts += _query_facts(enc, n)
@@ -97,7 +105,31 @@ def _join_facts(enc: Encoding, n: ir.Join) -> list:
             out.append(push_left(vec, term))
         elif not n.left_order and refs <= lower(right):
             out.append(push_right(vec, term))
+    return out + _narrow_facts(enc, n, left, right)
+
+
+def _narrow_facts(enc: Encoding, n: ir.Join, left, right) -> list:
+    """A projection of the join's output needs from each side only the join key and the
+    columns it reads: a map keeping those (in the side's order), where that drops any."""
+    key, out, term = lower(n.on), [], enc.coll(n)
+    joined = lower(left) | (set() if n.left_order else lower(right))
+    for srcs, vec in enc.projections.values():
+        if not srcs <= joined:
+            continue
+        sides = [[c for c in cols if c.lower() in key | srcs] for cols in (left, right)]
+        if n.left_order:
+            sides[1] = list(right)
+        if sides != [list(left), list(right)]:
+            out.append(narrow_sides(vec, term, *(_keep(enc, kept, cols)
+                                                 for kept, cols in zip(sides, (left, right)))))
     return out
+
+
+def _keep(enc: Encoding, kept: list, cols) -> Vec:
+    """The stages keeping `kept` of `cols`: none when that is all of them."""
+    if len(kept) == len(cols):
+        return Vec[i64].empty()
+    return Vec[i64](i64(enc.payload("stage", ir.Map(tuple(f"`{c}`" for c in kept)))))
 
 
 def _reduce_facts(enc: Encoding, n: ir.Reduce) -> list:

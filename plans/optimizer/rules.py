@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from egglog import Vec, eq, i64, rule, ruleset, union, var
 
-from .terms import Coll, Colls, Stream, push_key, push_left, push_right, query_of
+from .terms import (Coll, Colls, Stream, keeps_columns, narrow_sides, push_key, push_left,
+                    push_right, query_of)
 
 WHY: dict[str, str] = {}
 
@@ -21,10 +22,16 @@ def _rewrite(name: str, why: str, lhs, rhs, *conditions):
     return rule(lhs, *conditions, name=name).then(union(lhs).with_(rhs))
 
 
+def _fact(name: str, why: str, *conditions, then):
+    WHY[name] = why
+    return rule(*conditions, name=name).then(then)
+
+
 x, y, a, b, left, right = (var(n, Coll) for n in ("x", "y", "a", "b", "left", "right"))
 rest = var("rest", Colls)
 s, t = var("s", Vec[i64]), var("t", Vec[i64])
-k, k2, on, red, q = (var(n, i64) for n in ("k", "k2", "on", "red", "q"))
+k, k2, on, red, q, semi = (var(n, i64) for n in ("k", "k2", "on", "red", "q", "semi"))
+ls, rs = var("ls", Vec[i64]), var("rs", Vec[i64])
 ch, ch2 = var("ch", Stream), var("ch2", Stream)
 d = var("d", Stream)
 j = var("j", Coll)
@@ -73,6 +80,20 @@ pushdown = ruleset(
              Coll.linear(Coll.reduce(Coll.arrange(a, k), red), s),
              Coll.reduce(Coll.arrange(Coll.linear(a, s), k), red),
              push_key(s, Coll.reduce(Coll.arrange(a, k), red))),
+    _rewrite("project_below_join", "a projection reads only the columns it names, and a "
+             "joined record's key and other columns come from its sides unchanged, so the sides "
+             "may drop the rest first",
+             Coll.linear(Coll.join(Coll.arrange(a, k), Coll.arrange(b, k2), on, semi), s),
+             Coll.linear(Coll.join(Coll.arrange(Coll.linear(a, ls), k),
+                                   Coll.arrange(Coll.linear(b, rs), k2), on, semi), s),
+             narrow_sides(s, Coll.join(Coll.arrange(a, k), Coll.arrange(b, k2), on, semi),
+                          ls, rs)),
+    _rewrite("no_stages", "an empty chain of stages is the identity",
+             Coll.linear(x, Vec[i64].empty()), x),
+    _fact("narrow_below_filter", "a filter keeps its input's columns, so a projection that "
+          "may narrow a join's sides may narrow them under the filter pushed into them too",
+          narrow_sides(s, j, ls, rs), eq(y).to(Coll.linear(j, t)), keeps_columns(t),
+          then=narrow_sides(s, y, ls, rs)),
     name="pushdown")
 
 sharing = ruleset(

@@ -84,6 +84,10 @@ class Root(Expr):
 push_left = relation("push_left", Vec[i64], Coll)
 push_right = relation("push_right", Vec[i64], Coll)
 push_key = relation("push_key", Vec[i64], Coll)
+# (projection P, join J, stages L, R): P over J reads only what L and R keep of J's sides.
+narrow_sides = relation("narrow_sides", Vec[i64], Coll, Vec[i64], Vec[i64])
+# A stage that keeps its input's columns (a filter): facts about a join's sides carry over.
+keeps_columns = relation("keeps_columns", Vec[i64])
 # (join tree J, its delta-query collection Q, Q's delta rules D): J is Q once delta(J) = D.
 query_of = relation("query_of", Coll, Coll, Stream)
 

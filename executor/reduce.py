@@ -119,11 +119,12 @@ def _running(view: View, ready: DataFrame, frontier: int, kq: list[str], same) -
     changes = ready.groupBy(*kq, TIME).agg(F.sum(DIFF).alias(M)).where(F.col(M) != 0)
     rows = changes
     if view.old:
-        touched = F.broadcast(changes.select(*kq).distinct()).alias("t")
-        on = _all([same(f"b.{k}", f"t.{k}") for k in kq])
-        old = fold(DataFrame.union, [b.where(F.col(TIME) < frontier).alias("b")
-                                     .join(touched, on, "left_semi") for b in view.old])
-        rows = rows.unionByName(old.groupBy(*kq).agg(F.sum(DIFF).alias(M))
+        old = [b.where(F.col(TIME) < frontier).alias("b") for b in view.old]
+        if kq:  # only the touched keys (a global count's one key needs no join, no job)
+            touched = F.broadcast(changes.select(*kq).distinct()).alias("t")
+            on = _all([same(f"b.{k}", f"t.{k}") for k in kq])
+            old = [b.join(touched, on, "left_semi") for b in old]
+        rows = rows.unionByName(fold(DataFrame.union, old).groupBy(*kq).agg(F.sum(DIFF).alias(M))
                                 .withColumn(TIME, F.lit(frontier - 1)))
     w = Window.partitionBy(*kq).orderBy(TIME)
     now = F.sum(M).over(w.rowsBetween(Window.unboundedPreceding, 0))
@@ -148,7 +149,7 @@ def _thresholded(running: DataFrame, kq: list[str], red: ir.Reduction) -> DataFr
     f = f"CASE WHEN {present} THEN {value} ELSE 0 END"
     now = running.selectExpr(*kq, TIME, "__prev", f"{f} AS __now")
     prev = now.select(*kq, TIME, "__now", F.coalesce("__prev", F.lit(0)).alias("count"))
-    return (prev.selectExpr(*kq, TIME, f"__now - ({f}) AS {DIFF}")
+    return (prev.selectExpr(*kq, TIME, f"CAST(__now - ({f}) AS BIGINT) AS {DIFF}")
             .where(F.col(DIFF) != 0))
 
 

@@ -25,3 +25,6 @@ def test_readme_examples_run(spark, capsys):
                     (2, 5, 6, 1, 6, -1)]
     assert sorted(tuple(r) for r in runner.snapshot("active", at=5).collect()) == \
         [(1, 2, 8, 6, 1), (2, 5, 6, 1, 1)]
+    reach = namespace["reach_runner"]  # the iterate example: 3 unreachable once 2->3 goes
+    assert sorted(x.node for x in reach.snapshot("reach", at=0).collect()) == [1, 2, 3]
+    assert sorted(x.node for x in reach.snapshot("reach", at=1).collect()) == [1, 2]

@@ -29,7 +29,9 @@ from .config import kernel_backend, load_conf, local_query_rows, partitions
 from .consolidate import consolidate
 from .errors import InputError, StepError
 from .session import spark_session
-from .spine import Spine, is_local, materialise, materialise_all
+from .lateness import holds_back, late
+from .running import appended as count_appended, counted
+from .spine import Spine, is_computed, materialise, materialise_all
 from .trace import Trace, View, arrange
 from .time import DIFF, INFINITY, TIME
 from .updates import normalise, read_source
@@ -67,6 +69,8 @@ class Runner:
                                                      StructType(s.fields + update))
                        for n, s in self.input_schemas.items()}
         self.partitions = partitions(self.conf)
+        self._counted = counted(self.plan)  # arrangements counts keep as totals (running.py)
+        self._late = late(self.plan)  # what may change at or after upto (lateness.py)
         # Arrange -> Trace; Reduce, (Query, relation) -> updates waiting for their time
         self._state: dict[object, object] = {}
         self.frontier = 0
@@ -106,7 +110,7 @@ class Runner:
         except AnalysisException as e:
             raise PlanError(f"{node.label()}: {_first_line(e)}") from None
         if isinstance(node, (ir.Reduce, ir.Query)) and not step.resolving \
-                and node not in step.empty and not is_local(df):
+                and node not in step.empty and not is_computed(df):
             df = materialise(df)  # computed once, however many operators read it
         step.memo[node] = df
         return df
@@ -152,7 +156,11 @@ class Runner:
                                             self.frontier, step.upto, TIME_COLS,
                                             kids[0].limit(0), self.backend)
             if not step.resolving:  # materialised with the step's outputs
-                step.pending[node] = None if node in step.empty else pending
+                step.pending[node] = None if node in step.empty or \
+                    not holds_back(node, self._late) else pending
+                if node.input in self._counted and node not in step.empty:
+                    out, step.commits[node.input] = count_appended(out, step.commits[node.input],
+                                                                   step.upper)
             return out
         if isinstance(node, ir.Query):
             def index(i: int, columns: tuple) -> View:  # built once per step, shared
@@ -166,7 +174,8 @@ class Runner:
             out, waiting = wcoj.delta(node, kids, index, waiting, step.upto, local)
             if not step.resolving:  # materialised with the step's outputs
                 for r, df in waiting.items():
-                    step.pending[(node, r)] = None if node in step.empty else df
+                    step.pending[(node, r)] = None if node in step.empty or \
+                        not holds_back(node, self._late) else df
             return out
         raise PlanError(f"{node.label()}: no executor for this operator")
 
@@ -180,6 +189,10 @@ class Runner:
         trace = self._state.get(node) or Trace(keys, TIME_COLS, self.partitions)
         if step.resolving:
             step.views[node] = View(keys, [], [])
+            return delta
+        if node in self._counted:  # its counts keep per-key totals in its place
+            step.views[node] = View(keys, trace.batches, [] if node in step.empty else [delta])
+            step.commits[node] = trace
             return delta
         if node in step.empty:
             step.views[node] = View(keys, trace.batches, [])
@@ -286,7 +299,7 @@ class Runner:
         changes, pending, logs = {}, {}, {}
         for name, df in built.items():
             combined = done.get(name, df)
-            if upto is None or name in idle:
+            if upto is None or name in idle or self.plan[name] not in self._late:
                 changes[name], pending[name] = combined, None
             else:
                 changes[name] = combined.where(F.col(TIME) < upto)

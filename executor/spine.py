@@ -20,9 +20,11 @@ def materialise(df: DataFrame) -> DataFrame:
     return df.localCheckpoint(eager=True)
 
 
-def is_local(df: DataFrame) -> bool:
-    """Whether `df` is rows held by the driver's plan (createDataFrame): nothing to compute."""
-    return df._jdf.queryExecution().analyzed().getClass().getSimpleName() == "LocalRelation"
+def is_computed(df: DataFrame) -> bool:
+    """Whether `df` needs no job to be read once: rows held by the driver's plan
+    (createDataFrame) or a checkpoint (an operator that materialised its own result)."""
+    return df._jdf.queryExecution().analyzed().getClass().getSimpleName() in (
+        "LocalRelation", "LogicalRDD")
 
 
 def materialise_counted(df: DataFrame) -> tuple[DataFrame, int]:

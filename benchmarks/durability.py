@@ -8,7 +8,16 @@ costs per step, and how long a resume takes as the state grows.
     steps of `--changes` changes each (half deletions). Both runs must give the same outputs.
 (b) Resume: for join + count at each of `--sizes`, a durable run of a load and two steps,
     then the time to open a new runner on the directory (lock, manifest, lazy restore) and
-    to run one new step on it (which reads the traces back), against the state's bytes.
+    to run one new step on it (which reads the traces back), against the state's bytes;
+    `--repeat` resumes, each on a fresh copy of the directory (median reported).
+(c) Restoring an arrangement: one arranged batch of `--layout-records` records (hash-
+    partitioned by its key into P, sorted), written to disk and read back arranged three
+    ways, `--repeat` times each in turn (median reported): plain Parquet re-arranged on load
+    (`arrange`: shuffle, consolidate, sort; what resume did first, the baseline), plain
+    Parquet re-partitioned and sorted on load (no consolidation), and a bucketed table (P
+    buckets by the key; executor/state_layout.py: a scan and a sort, no shuffle). Each
+    restored batch is checked to hold the same rows and to join a live arrangement with no
+    Exchange and no Sort.
 
 Inputs are generated in Spark (hashes of row ids, seeded) and cached before timing; a
 warm-up runs both modes once on a tiny input first. Small default sizes: the machine this
@@ -40,7 +49,9 @@ def parse_args(argv):
     p.add_argument("--changes", type=int, default=200, help="changes per step")
     p.add_argument("--edges", type=int, default=3_000, help="graph edges for triangles")
     p.add_argument("--sizes", default="5000,20000,80000", help="orders for (b)")
-    p.add_argument("--parts", default="a,b", help="which parts to run")
+    p.add_argument("--layout-records", type=int, default=2_000_000,
+                   help="records of the arranged batch restored in (c)")
+    p.add_argument("--parts", default="a,b,c", help="which parts to run")
     return p.parse_args(argv)
 
 
@@ -137,15 +148,75 @@ def resume(spark, conf, rows: int, args, scratch) -> dict:
     where = os.path.join(scratch, f"resume-{rows}")
     _, _, first = run(spark, conf, flow, batches[:3], where)
     first.release_state()
-    started = time.perf_counter()
-    again = Runner(flow, conf=conf, spark=spark, state=where)
-    opened = time.perf_counter() - started
-    step = again.step(batches[3], upto=4).seconds
-    again.release_state()
-    out = {"orders": rows, "state_bytes": du(where), "open_s": opened,
-           "first_step_after_resume_s": step}
+    opened, stepped = [], []
+    for i in range(max(1, args.repeat)):  # each resume on a fresh copy of the directory
+        copy = f"{where}-{i}"
+        shutil.copytree(where, copy)
+        started = time.perf_counter()
+        again = Runner(flow, conf=conf, spark=spark, state=copy)
+        opened.append(time.perf_counter() - started)
+        stepped.append(again.step(batches[3], upto=4).seconds)
+        again.release_state()
+        shutil.rmtree(copy)
+    out = {"orders": rows, "state_bytes": du(where), "open_s": statistics.median(opened),
+           "first_step_after_resume_s": statistics.median(stepped), "all_open_s": opened,
+           "all_first_step_after_resume_s": stepped}
     print(f"  resume at {rows:,} orders: {out}", flush=True)
     return out
+
+
+def restore_layouts(spark, conf, records: int, repeat: int, scratch) -> dict:
+    """(c): write and restore one arranged batch in each layout, `repeat` rounds."""
+    from executor import state_layout
+    from executor.spine import materialise_counted
+    from executor.state import content_digest, digest_of
+    from executor.trace import arrange
+    parts, keys, times = int(conf["diffspark.partitions"]), ["user"], ["time"]
+    updates = spark.range(records).select(
+        F.pmod(_h(6), F.lit(max(1, records // 10))).alias("user"), F.col("id").alias("item"),
+        F.pmod(_h(7), F.lit(10)).alias("time"), F.lit(1).cast("bigint").alias("diff"))
+    batch, size = arrange(updates, keys, times, parts)
+    schema, order = batch.schema, state_layout.order(batch.columns, keys, times)
+    want = digest_of(batch.agg(*content_digest(batch.columns)).first())
+
+    def repartition(path):
+        return materialise_counted(spark.read.schema(schema).parquet(path)
+                                   .repartition(parts, *keys).sortWithinPartitions(*order))
+
+    def read(buckets):
+        return lambda path: state_layout.read(spark, path, schema.json(), keys, times, parts,
+                                              buckets)
+
+    layouts = [("plain, arrange on load (baseline)", 0, read(0)),
+               ("plain, repartition + sort on load", 0, repartition),
+               ("bucketed by the key, sort on load", parts, read(parts))]
+    timings = {name: {"write_s": [], "restore_s": []} for name, _, _ in layouts}
+    for i in range(repeat):
+        for j, (name, buckets, restore) in enumerate(layouts):
+            path = os.path.join(scratch, f"layout-{i}-{j}")
+            started = time.perf_counter()
+            state_layout.write(batch, path, keys, times, buckets)
+            timings[name]["write_s"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            restored, count = restore(path)
+            timings[name]["restore_s"].append(time.perf_counter() - started)
+            plan = common.plan_summary(restored.join(batch.hint("merge"), keys),
+                                       ("SortMergeJoin", "Exchange", "Sort ["))
+            got = digest_of(restored.agg(*content_digest(restored.columns)).first())
+            if count != size or got != want or plan["Exchange"] or plan["Sort ["] or \
+                    not plan["SortMergeJoin"]:
+                raise RuntimeError(f"(c) {name}: restored {count} of {size} records, content "
+                                   f"{got} vs {want}, join plan {plan}")
+            restored.unpersist()
+            shutil.rmtree(path)
+            print(f"  {name}: round {i + 1}: {timings[name]}", flush=True)
+    rows = [{"layout": name, "write_s": statistics.median(t["write_s"]),
+             "restore_s": statistics.median(t["restore_s"]), **{
+                 f"all_{k}": v for k, v in t.items()}} for name, t in timings.items()]
+    base = rows[0]["restore_s"]
+    for row in rows:
+        row["restore_vs_baseline"] = common.ratio(row["restore_s"], base)
+    return {"records": size, "partitions": parts, "repeat": repeat, "rows": rows}
 
 
 def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
@@ -172,10 +243,15 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
             with common.phase("(b) resume time vs state size"):
                 payload["resume"] = [resume(spark, conf, int(s), args, scratch)
                                      for s in args.sizes.split(",") if s]
+        if "c" in parts:
+            with common.phase("(c) restoring an arrangement: layouts on disk"):
+                payload["layouts"] = restore_layouts(spark, conf, args.layout_records,
+                                                     max(1, args.repeat), scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         if own:
             spark.stop()
+    payload["machine"]["load_average_end"] = common.load_average()
     path = common.results_path("durability", args.out)
     common.save_json(path, payload)
     payload["json"] = str(path)
@@ -199,12 +275,22 @@ def report(payload: dict) -> str:
               r["durable_step_s"], f"{r['step_ratio']:.2f}x", r["state_bytes"] / 2**20)
              for r in payload["latency"]]))
     if payload.get("resume"):
-        out.append("(b) resume (open + first new step) vs state size, join + count")
+        out.append(f"(b) resume (open + first new step) vs state size, join + count: median "
+                   f"of {len(payload['resume'][0]['all_open_s'])}")
         out.append(common.markdown_table(
             ["orders", "state MiB", "open s", "first step after resume s"],
             [(r["orders"], r["state_bytes"] / 2**20, r["open_s"],
               r["first_step_after_resume_s"]) for r in payload["resume"]]))
-    out.append(f"load average at start: {payload['machine'].get('load_average')}")
+    if payload.get("layouts"):
+        c = payload["layouts"]
+        out.append(f"(c) one arranged batch of {c['records']:,} records, P={c['partitions']}: "
+                   f"median seconds of {c['repeat']} rounds")
+        out.append(common.markdown_table(
+            ["layout on disk, restore", "write s", "restore s", "restore vs baseline"],
+            [(r["layout"], r["write_s"], r["restore_s"], f"{r['restore_vs_baseline']:.2f}x")
+             for r in c["rows"]]))
+    out.append(f"load average at start: {payload['machine'].get('load_average')}, at end: "
+               f"{payload['machine'].get('load_average_end')}")
     return "\n\n".join(out)
 
 

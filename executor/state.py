@@ -41,10 +41,11 @@ from typing import Optional
 
 from plans import ir
 
+from . import state_layout
 from .errors import InputError, StateError
 from .spine import Spine
 from .time import TIME
-from .trace import Trace, arrange
+from .trace import Trace
 
 FORMAT, VERSION = "diffspark-state", 1
 MANIFEST, LOCK, DATA = "manifest.json", "lock", "data"
@@ -171,6 +172,7 @@ class Store:
         self.keys = _Keys()
         self.plan = plan_fingerprint(runner)
         self.frames: dict[int, tuple[object, str]] = {}  # id(DataFrame) -> (frame, file id)
+        self.buckets: dict[str, int] = {}  # file id of a trace batch -> buckets (0: plain)
         self.schemas: dict[str, str] = {}  # file id -> schema JSON
         try:
             self.manifest = self._read_manifest()
@@ -208,8 +210,7 @@ class Store:
         runner.frontier, runner.steps, runner.closed = m["frontier"], m["steps"], m["closed"]
         runner._state = _LazyState(self, m["state"])
         runner._pending = {n: self._frame(o["pending"]) for n, o in m["outputs"].items()}
-        runner._logs = {n: self._spine(Spine(), o["log"], self._frame)
-                        for n, o in m["outputs"].items()}
+        runner._logs = {n: self._spine(o["log"]) for n, o in m["outputs"].items()}
 
     def _read(self, fid: str):
         from pyspark.sql.types import StructType
@@ -225,22 +226,27 @@ class Store:
         self.frames[id(df)] = (df, fid)
         return df
 
-    def _spine(self, spine: Spine, batches: list, load) -> Spine:
-        spine.batches = [(size, load(fid)) for fid, size in batches]
+    def _spine(self, batches: list) -> Spine:
+        spine = Spine()
+        spine.batches = [(size, self._frame(fid)) for fid, size in batches]
         return spine
 
     def load_entry(self, record: dict):
         if record["kind"] == "pending":
             return self._frame(record["frame"])
         keys = record["keys"]
+        times = record.get("time_cols", [TIME])  # manifests before iterate had one time
 
-        def arranged(fid):  # the arranged layout back (partitioned by the key, sorted)
-            out = arrange(self._read(fid), keys, [TIME], self.partitions)[0]
-            self.frames[id(out)] = (out, fid)
+        def arranged(fid, buckets):  # the arranged layout back (partitioned by the key, sorted)
+            out = state_layout.read(self.spark, os.path.join(self.dir, DATA, fid),
+                                    self.schemas[fid], keys, times, self.partitions, buckets)[0]
+            self.frames[id(out)], self.buckets[fid] = (out, fid), buckets
             return out
 
-        spine = self._spine(Spine(slack=4), record["batches"], arranged)
-        return Trace(keys, [TIME], self.partitions, spine, record["since"], record["upper"])
+        spine = Spine(slack=4)  # batches: [file id, records, buckets] (no buckets: plain)
+        spine.batches = [(b[1], arranged(b[0], b[2] if len(b) > 2 else 0))
+                         for b in record["batches"]]
+        return Trace(keys, times, self.partitions, spine, record["since"], record["upper"])
 
     # -------------------------------------------------------------- replay
     def replay(self, upto: Optional[int], frontier: int) -> Optional[dict]:
@@ -276,11 +282,12 @@ class Store:
                frontier: int, closed: bool) -> None:
         """Make a computed step durable; raises (nothing committed) if any write fails."""
         step = record["step"]
-        writes: dict[str, object] = {}  # file id -> a frame not on disk yet
+        writes: dict[str, tuple] = {}  # file id -> (frame not on disk yet, trace or None)
         fresh: dict[int, str] = {}
         used: list[str] = []
+        buckets = dict(self.buckets)
 
-        def fid(df) -> Optional[str]:
+        def fid(df, trace: Optional[Trace] = None) -> Optional[str]:
             if df is None:
                 return None
             known = self.frames.get(id(df))
@@ -290,9 +297,14 @@ class Store:
                 name = fresh[id(df)]
             else:
                 name = fresh[id(df)] = uuid.uuid4().hex[:16]
-                writes[name] = df
+                writes[name] = (df, trace)
+                buckets[name] = trace.partitions if trace is not None and trace.keys else 0
             used.append(name)
             return name
+
+        def batch(df, size, trace):  # a trace batch's manifest entry
+            name = fid(df, trace)
+            return [name, size, buckets.get(name, 0)]
 
         entries = {}
         if isinstance(runner._state, _LazyState):
@@ -301,17 +313,19 @@ class Store:
         for entry, value in new_state.items():
             if isinstance(value, Trace):
                 entries[self.keys(entry)] = {
-                    "kind": "trace", "keys": list(value.keys), "since": value.since,
-                    "upper": value.upper, "batches": [[fid(b), s] for s, b in value.spine.batches]}
+                    "kind": "trace", "keys": list(value.keys),
+                    "time_cols": list(value.time_cols), "since": value.since,
+                    "upper": value.upper,
+                    "batches": [batch(b, s, value) for s, b in value.spine.batches]}
             else:
                 entries[self.keys(entry)] = {"kind": "pending", "frame": fid(value)}
         outputs = {name: {"log": [[fid(b), s] for s, b in logs[name].batches],
                           "pending": fid(pending[name])} for name in logs}
-        schemas = {**self.schemas, **{n: df.schema.json() for n, df in writes.items()}}
+        schemas = {**self.schemas, **{n: df.schema.json() for n, (df, _) in writes.items()}}
         frames = {f: schemas[f] for f in used}
         try:
             crash_point("commit:before-data", step)
-            self._write(writes)
+            self._write(writes, buckets)
             crash_point("commit:after-data", step)
             history = (self.manifest["history"] if self.manifest else [])[:step - 1] + [record]
             manifest = {"format": FORMAT, "version": VERSION, "plan": self.plan,
@@ -332,17 +346,22 @@ class Store:
         self.manifest, self.replayed, self.schemas = manifest, len(history), frames
         crash_point("commit:after-rename", step)
         self.frames = {i: (df, f) for i, (df, f) in self.frames.items() if f in frames}
-        self.frames.update({id(df): (df, name) for name, df in writes.items()})
+        self.frames.update({id(df): (df, name) for name, (df, _) in writes.items()})
+        self.buckets = {f: b for f, b in buckets.items() if f in frames}
         self.gc()
 
-    def _write(self, writes: dict) -> None:
-        """Write new frames as Parquet (concurrent Spark jobs) and fsync them."""
+    def _write(self, writes: dict, buckets: dict) -> None:
+        """Write new frames as Parquet (concurrent Spark jobs; trace batches bucketed by
+        their key, executor/state_layout.py) and fsync them."""
         from concurrent.futures import ThreadPoolExecutor
 
         def one(item):
-            name, df = item
+            name, (df, trace) = item
             path = os.path.join(self.dir, DATA, name)
-            df.write.parquet(path)
+            if trace is None:
+                df.write.parquet(path)
+            else:
+                state_layout.write(df, path, trace.keys, trace.time_cols, buckets[name])
             for root, _, files in os.walk(path):
                 for f in files:
                     _fsync_file(os.path.join(root, f))

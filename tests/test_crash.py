@@ -94,16 +94,30 @@ def output_rows(out: Path) -> dict:
     return rows
 
 
+def committed_steps(state: Path) -> int:
+    try:
+        with open(state / "manifest.json") as f:
+            return json.load(f)["steps"]
+    except FileNotFoundError:
+        return 0
+
+
 def crash_and_resume(spark, tmp: Path, steps: int, kills: list, uninterrupted: bool):
     inputs = make_data(tmp)
     state, out = tmp / "state", tmp / "out"
+    committed = []  # steps committed after each kill
     for kill in kills:
         if kill.startswith("after "):  # from outside: a random moment after a progress line
             delay = random.Random(kill).uniform(0, 1.5)
             rc, log = finish(start(tmp, out, state, steps), kill[len("after "):], delay)
         else:
             rc, log = finish(start(tmp, out, state, steps, crash=kill))
-        assert rc in (-signal.SIGKILL, 0), f"{kill}: status {rc}\n{log}"
+        assert rc == -signal.SIGKILL, f"{kill}: status {rc}, not killed\n{log}"
+        committed.append(committed_steps(state))
+        point, _, at = kill.partition("@")
+        if point.startswith("commit:"):  # exactly the steps before it, and its own after the rename
+            assert committed[-1] == int(at) - (point != "commit:after-rename"), (kill, committed)
+    assert committed == sorted(committed), committed
     rc, log = finish(start(tmp, out, state, steps))
     assert rc == 0, log
     assert re.search(r"step 1/\d+ upto=\d+ seconds=[\d.]+ skipped \(committed\)", log), log

@@ -1,0 +1,101 @@
+"""Spark jobs per step of small steps: each job costs scheduling time whatever its size, so
+a small step's latency is mostly its job count (DESIGN.md section 11).
+
+The triangle dataflow over an R-MAT graph loaded at time 0, then batches of changes (half
+deletions), and a keyed count; per step: the number of Spark jobs (from the status tracker)
+and the seconds; for the last step, each job's call site.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/step_jobs.py --rows 5000 --batches 4
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+from benchmarks import common  # noqa: E402
+from benchmarks.rmat import rmat_edges  # noqa: E402
+
+SCHEMA = "src BIGINT, dst BIGINT, time BIGINT, diff BIGINT"
+
+
+def parse_args(argv):
+    p = common.base_parser(__doc__, default_rows=5000)
+    p.add_argument("--batches", type=int, default=4)
+    p.add_argument("--batch-size", type=int, default=200)
+    p.add_argument("--seed", type=int, default=1)
+    return p.parse_args(argv)
+
+
+def batches(rows: int, count: int, size: int, seed: int) -> list[list[tuple]]:
+    """The graph at time 0, then `count` batches of `size` changes (half deletions)."""
+    src, dst = rmat_edges(rows, seed)
+    rng = np.random.default_rng(seed)
+    present = sorted(zip(src.tolist(), dst.tolist()))
+    nodes = int(max(src.max(), dst.max())) + 1
+    out = [[(a, b, 0, 1) for a, b in present]]
+    for t in range(1, count + 1):
+        gone = [present[i] for i in rng.choice(len(present), size // 2, replace=False)]
+        new = {tuple(sorted(int(v) for v in rng.integers(0, nodes, 2))) for _ in range(size // 2)}
+        new = sorted(e for e in new - set(present) if e[0] != e[1])
+        present = sorted((set(present) - set(gone)) | set(new))
+        out.append([(a, b, t, -1) for a, b in gone] + [(a, b, t, 1) for a, b in new])
+    return out
+
+
+def run(spark, conf, flow, name: str, feeds: list[list[tuple]]) -> dict:
+    """Jobs and seconds of each step; the last step's jobs by call site."""
+    from executor.runner import Runner
+
+    runner = Runner(flow, conf=conf, spark=spark)
+    tracker = spark.sparkContext.statusTracker()
+    steps, sites = [], []
+    for t, rows in enumerate(feeds):
+        df = spark.createDataFrame(rows, SCHEMA)
+        before = set(tracker.getJobIdsForGroup(None))
+        result = runner.step({name: df}, upto=t + 1)
+        new = sorted(set(tracker.getJobIdsForGroup(None)) - before)
+        steps.append({"jobs": len(new), "seconds": round(result.seconds, 3)})
+        sites = [_site(tracker, j) for j in new]
+    return {"steps": steps, "last_step_jobs": sites}
+
+
+def _site(tracker, job: int) -> str:
+    info = tracker.getJobInfo(job)
+    stages = [tracker.getStageInfo(s) for s in info.stageIds] if info else []
+    names = [s.name for s in stages if s is not None]
+    return names[-1] if names else "?"
+
+
+def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
+    from executor.triangles import NAME, triangle_flow
+    from plans import Dataflow
+
+    args = parse_args(argv)
+    own_session = spark is None
+    spark, conf = common.session(args.profile, args.conf, spark)
+    feeds = batches(args.rows, args.batches, args.batch_size, args.seed)
+    counting = Dataflow()
+    counting.output("per_src", counting.input("e", "src BIGINT, dst BIGINT").count(by=["src"]))
+    payload = {"benchmark": "step_jobs", "command": common.command_line(argv),
+               "machine": common.machine_info(spark, conf)}
+    try:
+        payload["triangles"] = run(spark, conf, triangle_flow(), NAME, feeds)
+        payload["count"] = run(spark, conf, counting, "e", feeds)
+    finally:
+        if own_session:
+            spark.stop()
+    for part in ("triangles", "count"):
+        print(part, [s["jobs"] for s in payload[part]["steps"]], "jobs per step;",
+              [s["seconds"] for s in payload[part]["steps"]], "s")
+        print("  last step:", "; ".join(payload[part]["last_step_jobs"]))
+    common.save_json(common.results_path("step_jobs", args.out), payload)
+    return payload
+
+
+if __name__ == "__main__":
+    main()

@@ -119,12 +119,11 @@ def _running(view: View, ready: DataFrame, frontier: int, kq: list[str], same) -
     changes = ready.groupBy(*kq, TIME).agg(F.sum(DIFF).alias(M)).where(F.col(M) != 0)
     rows = changes
     if view.old:
-        old = [b.where(F.col(TIME) < frontier).alias("b") for b in view.old]
-        if kq:  # only the touched keys (a global count's one key needs no join, no job)
+        old = fold(DataFrame.union, view.old).where(F.col(TIME) < frontier).alias("b")
+        if kq:  # the touched keys' rows (one broadcast, a job); a global count reads all
             touched = F.broadcast(changes.select(*kq).distinct()).alias("t")
-            on = _all([same(f"b.{k}", f"t.{k}") for k in kq])
-            old = [b.join(touched, on, "left_semi") for b in old]
-        rows = rows.unionByName(fold(DataFrame.union, old).groupBy(*kq).agg(F.sum(DIFF).alias(M))
+            old = old.join(touched, _all([same(f"b.{k}", f"t.{k}") for k in kq]), "left_semi")
+        rows = rows.unionByName(old.groupBy(*kq).agg(F.sum(DIFF).alias(M))
                                 .withColumn(TIME, F.lit(frontier - 1)))
     w = Window.partitionBy(*kq).orderBy(TIME)
     now = F.sum(M).over(w.rowsBetween(Window.unboundedPreceding, 0))

@@ -31,7 +31,7 @@ demo: venv
 	$(PY) -m executor triangles --edges $(DEMO_GRAPH) --stream 3 --batch 200
 
 test: venv
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 bench: venv
 	$(PY) benchmarks/linear.py

@@ -23,7 +23,7 @@ from plans import Dataflow, ir
 from plans.optimizer import optimize as optimize_plan
 from plans.ir import PlanError
 
-from . import join, limits, linear, wcoj
+from . import iterate, join, limits, linear, reduce_product, wcoj
 from . import reduce as reduce_ops
 from .config import kernel_backend, load_conf, local_query_rows, partitions
 from .consolidate import consolidate
@@ -73,8 +73,9 @@ class Runner:
         self._late = late(self.plan)  # what may change at or after upto (lateness.py)
         # Arrange -> Trace; Reduce, (Query, relation) -> updates waiting for their time
         self._state: dict[object, object] = {}
+        self.rounds: dict[str, list[float]] = {}  # iterate -> seconds of each round, last step
         self.frontier = 0
-        resolved = self._build_all(_Step(self._empty, None, resolving=True))
+        resolved = self._build_all(self._new_step(self._empty, None, resolving=True))
         self.schemas = {name: df.schema for name, df in resolved.items()}
         self.frontier = 0
         self.steps = 0
@@ -96,6 +97,9 @@ class Runner:
             self._store = None
 
     # ------------------------------------------------------------------ plan -> DataFrames
+    def _new_step(self, sources: dict, upto: Optional[int], **kw) -> "_Step":
+        return _Step(sources, upto, **{"state": self._state, "lower": self.frontier, **kw})
+
     def _build_all(self, step: "_Step") -> dict[str, DataFrame]:
         return {name: self._build(node, step) for name, node in self.plan.items()}
 
@@ -109,9 +113,11 @@ class Runner:
             df = self._operator(node, kids, step)
         except AnalysisException as e:
             raise PlanError(f"{node.label()}: {_first_line(e)}") from None
-        if isinstance(node, (ir.Reduce, ir.Query)) and not step.resolving \
+        if isinstance(node, (ir.Reduce, ir.Query, ir.Iterate)) and not step.resolving \
                 and node not in step.empty and not is_computed(df):
             df = materialise(df)  # computed once, however many operators read it
+        if step.scope is not None:  # inside an iterate: hold back later iterations
+            df = step.scope.admit(node, df, step)
         step.memo[node] = df
         return df
 
@@ -121,20 +127,21 @@ class Runner:
         skipped."""
         if isinstance(node, ir.Input):
             return node.name not in step.given
-        if isinstance(node, (ir.Linear, ir.Concat, ir.Consolidate, ir.Arrange, ir.Join)):
+        if isinstance(node, (ir.Linear, ir.Concat, ir.Consolidate, ir.Arrange, ir.Join,
+                             ir.Iterate)):
             return all(c in step.empty for c in node.children())
         if isinstance(node, ir.Reduce):
-            return node.input in step.empty and self._state.get(node) is None
+            return node.input in step.empty and step.state.get(node) is None
         if isinstance(node, ir.Query):
             return all(c in step.empty for c in node.inputs) and \
-                all(self._state.get((node, r)) is None for r in node.relations)
+                all(step.state.get((node, r)) is None for r in node.relations)
         return False
 
     def _operator(self, node: ir.Node, kids: list[DataFrame], step: "_Step") -> DataFrame:
         if isinstance(node, ir.Input):
             return step.sources[node.name]
         if isinstance(node, ir.Linear):
-            return linear.apply(kids[0], node.stages, TIME_COLS, self.backend)
+            return linear.apply(kids[0], node.stages, step.time_cols, self.backend)
         if isinstance(node, ir.Concat):
             first = kids[0].schema.simpleString()
             for k in kids[1:]:
@@ -143,17 +150,25 @@ class Runner:
                                     f" rule: concatenated collections have one schema")
             return reduce(DataFrame.unionByName, kids)
         if isinstance(node, ir.Consolidate):
-            return consolidate(kids[0], TIME_COLS)
+            return consolidate(kids[0], step.time_cols)
         if isinstance(node, ir.Arrange):
             return self._arrange(node, kids[0], step)
         if isinstance(node, ir.Imported):
             return self._import(node, step)
         if isinstance(node, ir.Join):
             left, right = (step.views[c] for c in node.children())
-            return join.delta(node, left, right, TIME_COLS, kids[0].limit(0), kids[1].limit(0))
+            return join.delta(node, left, right, step.time_cols, kids[0].limit(0),
+                              kids[1].limit(0))
+        if isinstance(node, ir.Iterate):
+            return iterate.run(self, node, kids, step)
+        if isinstance(node, ir.Reduce) and step.scope is not None:
+            return reduce_product.delta(node, step.views[node.input],
+                                        step.scope.emitted.get(node), step.lower,
+                                        step.scope.round, step.time_cols,
+                                        kids[0].limit(0), self.backend)
         if isinstance(node, ir.Reduce):
-            out, pending = reduce_ops.delta(node, step.views[node.input], self._state.get(node),
-                                            self.frontier, step.upto, TIME_COLS,
+            out, pending = reduce_ops.delta(node, step.views[node.input], step.state.get(node),
+                                            step.lower, step.upto, step.time_cols,
                                             kids[0].limit(0), self.backend)
             if not step.resolving:  # materialised with the step's outputs
                 step.pending[node] = None if node in step.empty or \
@@ -168,7 +183,7 @@ class Runner:
                 self._build(arranged, step)
                 return step.views[arranged]
 
-            waiting = {r: self._state.get((node, r)) for r in node.relations}
+            waiting = {r: step.state.get((node, r)) for r in node.relations}
             local = None if step.resolving or node in step.empty else \
                 (self.backend, local_query_rows(self.conf))
             out, waiting = wcoj.delta(node, kids, index, waiting, step.upto, local)
@@ -182,11 +197,11 @@ class Runner:
     def _arrange(self, node: ir.Arrange, delta: DataFrame, step: "_Step") -> DataFrame:
         """Arrange the step's updates into a new batch of the node's trace (one per node)."""
         keys = list(node.keys) if node.keys is not None else \
-            linear.record_columns(delta, TIME_COLS)
+            linear.record_columns(delta, step.time_cols)
         missing = [k for k in keys if k not in delta.columns]
         if missing:
             raise PlanError(f"{node.label()}: no column {missing} to arrange by")
-        trace = self._state.get(node) or Trace(keys, TIME_COLS, self.partitions)
+        trace = step.state.get(node) or Trace(keys, step.time_cols, self.partitions)
         if step.resolving:
             step.views[node] = View(keys, [], [])
             return delta
@@ -196,11 +211,11 @@ class Runner:
             return delta
         if node in step.empty:
             step.views[node] = View(keys, trace.batches, [])
-            step.commits[node] = trace.appended(None, 0, step.upper, step.upper - 1)
+            step.commits[node] = trace.appended(None, 0, step.upper, step.since)
             return delta
-        batch, size = arrange(delta, keys, TIME_COLS, self.partitions)
+        batch, size = arrange(delta, keys, step.time_cols, self.partitions)
         step.views[node] = View(keys, trace.batches, [batch] if size else [])
-        step.commits[node] = trace.appended(batch, size, step.upper, step.upper - 1)
+        step.commits[node] = trace.appended(batch, size, step.upper, step.since)
         return batch
 
     def _import(self, node: ir.Imported, step: "_Step") -> DataFrame:
@@ -257,7 +272,7 @@ class Runner:
                 F.col(TIME) < (INFINITY if upto is None else upto))) for n in self.plan}
             return StepResult(replay["step"], lower, INFINITY if upto is None else upto,
                               clock.perf_counter() - started, changes, skipped=True)
-        step = _Step(sources, upto, given=set(updates))
+        step = self._new_step(sources, upto, given=set(updates))
         try:
             changes, pending, logs = self._run(step)
             limits.check_outputs(self.conf, changes, self.steps + 1)
@@ -339,7 +354,7 @@ class Runner:
     def physical_plan(self, name: str) -> str:
         """Spark's executed plan for one step of an output (before consolidation)."""
         self._check_output(name)
-        df = self._build_all(_Step(self._empty, None, resolving=True))[name]
+        df = self._build_all(self._new_step(self._empty, None, resolving=True))[name]
         return df._jdf.queryExecution().executedPlan().toString()
 
     # ------------------------------------------------------------------ arrangements
@@ -364,6 +379,10 @@ class _Step:
 
     sources: dict
     upto: Optional[int]
+    state: dict = None  # Runner._state, or an iterate scope's traces over it
+    lower: int = 0  # the frontier the step starts from
+    time_cols: list = field(default_factory=lambda: list(TIME_COLS))
+    scope: object = None  # the iterate scope (executor/iterate.py) running this round
     resolving: bool = False  # building on empty inputs to learn schemas: no jobs, no state
     given: set = field(default_factory=set)  # inputs with updates this step
     empty: set = field(default_factory=set)  # nodes whose changes are known to be empty
@@ -376,6 +395,12 @@ class _Step:
     @property
     def upper(self) -> int:
         return INFINITY if self.upto is None else self.upto
+
+    @property
+    def since(self) -> int:
+        """How far traces may compact when this step appends: past the step's interval,
+        except in an iterate's rounds, which still tell the step's epochs apart."""
+        return self.lower - 1 if self.scope is not None else self.upper - 1
 
 
 class TraceHandle:

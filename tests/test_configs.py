@@ -123,6 +123,7 @@ def test_every_profile_keeps_partitioning_stable(name, jar_env):
     assert conf["spark.sql.optimizer.canChangeCachedPlanOutputPartitioning"] == "false"
     assert "InferFiltersFromConstraints" in conf["spark.sql.optimizer.excludedRules"]
     assert conf["spark.sql.constraintPropagation.enabled"] == "false"  # see cpu.conf
+    assert conf["spark.sql.optimizer.runtime.bloomFilter.enabled"] == "false"
     assert conf["spark.api.mode"] == "classic"
     assert conf["spark.sql.execution.arrow.pyspark.enabled"] == "true"
     kernel_backend(conf)

@@ -28,7 +28,7 @@ from .config import MAX_ROUNDS_KEY, max_rounds
 from .consolidate import consolidate
 from .errors import StepError
 from .linear import q, record_columns
-from .spine import materialise, materialise_counted
+from .spine import detached, materialise, materialise_counted
 from .time import DIFF, ITERATION
 from .trace import View
 
@@ -121,6 +121,7 @@ class Scope:
                 if self.round == 0:  # the variable was the input at iteration 0
                     feedback = feedback.unionByName(_later(start.withColumn(DIFF, -F.col(DIFF))))
                 var, changes = materialise_counted(consolidate(feedback, self.time_cols))
+                var = detached(var)
                 leave.append(var.drop(ITERATION))
             self.seconds.append(clock.perf_counter() - began)
             waiting = [least for _, least in self.held.values()]
@@ -159,13 +160,14 @@ class Scope:
         if rs.resolving or not isinstance(node, (ir.Join, ir.Reduce)):
             return df
         if isinstance(node, ir.Reduce) and node not in rs.empty:
+            df = detached(df)  # materialised by the runner
             self._emitted.setdefault(node, []).append(df)
         held = self.held.pop(node, None)
         if held is None and (node in rs.empty or self.round >= self.deepest):
             return df
         frame = df if held is None else df.unionByName(held[0])
         if held is not None or isinstance(node, ir.Join):
-            frame = materialise(frame)
+            frame = detached(materialise(frame))
         it, now = F.col(ITERATION), F.col(ITERATION) <= self.round
         row = frame.agg(F.count(F.when(now, 1)).alias("now"), F.count(F.when(~now, 1)).alias("later"),
                         F.min(F.when(~now, it)).alias("least")).first()

@@ -20,6 +20,20 @@ def materialise(df: DataFrame) -> DataFrame:
     return df.localCheckpoint(eager=True)
 
 
+def detached(df: DataFrame) -> DataFrame:
+    """A materialised frame without the size estimate Spark copies into a checkpoint from the
+    plan that computed it. Joins estimate their size as the product of their inputs', so in
+    a loop that feeds each round's checkpoint into the next round's joins the estimate's
+    digits grow exponentially and planning stalls on BigInteger products (an iterate scope,
+    seen in a jstack). The frame loses its known partitioning: only for unarranged data."""
+    from pyspark.sql.classic.dataframe import DataFrame as Classic
+
+    session = df.sparkSession
+    rows = df._jdf.queryExecution().toRdd()
+    return Classic(session._jsparkSession.internalCreateDataFrame(rows, df._jdf.schema(), False),
+                   session)
+
+
 def is_computed(df: DataFrame) -> bool:
     """Whether `df` needs no job to be read once: rows held by the driver's plan
     (createDataFrame) or a checkpoint (an operator that materialised its own result)."""

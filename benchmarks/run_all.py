@@ -207,7 +207,8 @@ def results_markdown(tables: dict, plots: dict, payloads: dict, args, quick: boo
     cmd = "PYTHONPATH=. .venv/bin/python benchmarks/run_all.py" + (" --quick" if quick else "")
     lines = [f"Produced by `{cmd}` (tables regenerated from the JSON by `--report-only`); "
              "machine, versions and settings in each JSON's `machine`. On a shared 2-core "
-             "machine these figures are noisy; none was taken on a GPU.", ""]
+             "machine these figures are noisy; none was taken on a GPU (GPU figures: see "
+             "\"GPU status, plainly\").", ""]
     for b in BENCHMARKS:
         if b.name not in tables:
             if not args.only or b.name in args.only.split(","):

@@ -1,5 +1,16 @@
-"""diffspark's physical layer: runs plans on Spark (Runner, operators, traces, the CLI)."""
+"""diffspark's physical layer: runs plans on Spark (Runner, operators, traces, the CLI).
+
+Runner is imported on first use, so the kernel-only modules (gpu_check's parity, progress)
+load on a machine without pyspark, such as a bare GPU box.
+"""
 from .errors import InputError, PlanError, StateError, StepError
-from .runner import Runner, StepResult
 
 __all__ = ["InputError", "PlanError", "Runner", "StateError", "StepError", "StepResult"]
+
+
+def __getattr__(name):
+    if name in ("Runner", "StepResult"):
+        from . import runner
+
+        return getattr(runner, name)
+    raise AttributeError(f"module 'executor' has no attribute {name!r}")

@@ -104,3 +104,21 @@ def test_optimizer_benchmark_smoke(spark, tmp_path):
     assert chain["optimized_operators"] < chain["written_operators"]
     assert shared["optimized_arrangements"] < shared["written_arrangements"]
     assert tri["optimized_state_records"] < tri["written_state_records"]
+
+
+def test_kernels_benchmark_triangles_on_snap_graphs(tmp_path):
+    """--graphs counts the SNAP graphs (their published counts are checked inside) and an
+    R-MAT graph; no Spark is involved."""
+    from benchmarks import kernels
+    from conftest import SHARED
+
+    if not (SHARED / "data" / "facebook_combined.txt").exists():
+        pytest.skip("../shared/data not beside the checkout")
+    out = tmp_path / "k.json"
+    payload = kernels.main(["--rows", "100", "--repeat", "1", "--kernels", "add_diffs",
+                            "--graphs", "snap,2000", "--out", str(out)])
+    rows = {r["graph"]: r for r in payload["triangles"]}
+    assert rows["facebook_combined"]["numpy"] == 1_612_010
+    assert rows["Wiki-Vote"]["numpy"] == 608_389
+    assert rows["rmat-2000"]["numpy"] > 0
+    assert json.loads(out.read_text())["triangles"][0]["graph"] == "facebook_combined"

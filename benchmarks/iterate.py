@@ -121,12 +121,23 @@ def run(spark, conf, args) -> dict:
     from plans import Dataflow
     from plans.examples.graphs import bfs, out_edges
 
+    outside = common.persistent_rdd_ids(spark)  # blocks this run must leave alone
     arcs, roots = graph(args.rows, args.seed, args.roots)
     ups, arcs_after = changes(arcs, args.changes, args.seed)
     edges0 = frame(spark, [(int(s), int(d), 0, 1) for s, d in arcs], EDGES)
     roots0 = frame(spark, [(int(r), 0, 1) for r in roots], ROOTS)
     edges1 = frame(spark, [(s, d, 1, x) for s, d, x in ups], EDGES)
     got: dict = {}
+    dist: dict = {}
+    inputs = common.persistent_rdd_ids(spark)  # the cached input frames above
+
+    def settle(name: str, keep: set):
+        """Untimed, after a run: read its distances, then release its Spark blocks (runners
+        hold their arrangements in memory; at 1M edges four of them outgrow the heap)."""
+        def done():
+            dist[name] = distances(got.pop(name))
+            common.release_rdds_since(spark, keep)
+        return done
 
     def scratch(edges=edges0):
         flow = Dataflow()
@@ -149,11 +160,14 @@ def run(spark, conf, args) -> dict:
         runner.step({"roots": roots0}, upto=1)
         got["attached"] = runner
 
-    ms = {"scratch": common.measure("(a) scratch", "", scratch, args.repeat),
+    arranged = common.persistent_rdd_ids(spark)
+    ms = {"scratch": common.measure("(a) scratch", "", scratch, args.repeat,
+                                    cleanup=settle("scratch", arranged)),
           "attached": common.measure("(a) attached", "", attached, args.repeat)}
+    dist["attached"] = distances(got["attached"])
     want0 = peer_bfs(arcs, roots)
     for name in ("scratch", "attached"):
-        if distances(got[name]) != want0:
+        if dist[name] != want0:
             raise SystemExit(f"(a) {name}: bfs distances differ from the peer's")
     first_rounds = got["attached"].rounds.get("Iterate[v1]", [])
 
@@ -172,9 +186,16 @@ def run(spark, conf, args) -> dict:
         peer_s = clock.perf_counter() - began
     if distances(runner) != want1:
         raise SystemExit("(b) incremental bfs distances differ from the peer's")
+    got.clear()
+    runner = None  # the owner and the attached runner are done: their blocks go below
+    common.release_rdds_since(spark, inputs)
     edges_after = frame(spark, [(int(s), int(d), 0, 1) for s, d in arcs_after], EDGES)
     ms["recompute"] = common.measure("(b) diffspark recompute", "",
-                                     lambda: scratch(edges_after))
+                                     lambda: scratch(edges_after),
+                                     cleanup=settle("scratch", common.persistent_rdd_ids(spark)))
+    if dist["scratch"] != want1:
+        raise SystemExit("(b) recomputed bfs distances differ from the peer's")
+    common.release_rdds_since(spark, outside)
     return {
         "edges": args.rows, "arcs": int(arcs.shape[0]), "roots": [int(r) for r in roots],
         "reached": len(want0), "changes": args.changes, "reached_after": len(want1),
@@ -221,7 +242,7 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
                "machine": common.machine_info(spark, conf)}
     try:
         with common.phase("warm-up on a small graph"):
-            run(spark, conf, parse_args(["--rows", "2000", "--changes", "10"]))
+            run(spark, conf, parse_args(["--rows", "300", "--changes", "4"]))
         payload["bfs"] = run(spark, conf, args)
     finally:
         if own_session:

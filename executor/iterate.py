@@ -28,7 +28,7 @@ from .config import MAX_ROUNDS_KEY, max_rounds
 from .consolidate import consolidate
 from .errors import StepError
 from .linear import q, record_columns
-from .spine import detached, materialise, materialise_counted
+from .spine import detached, materialise_counted
 from .time import DIFF, ITERATION
 from .trace import View
 
@@ -83,17 +83,17 @@ class Scope:
                             f"and types")
         return self.x
 
-    @property
-    def emitted(self) -> dict:
-        return {n: reduce(DataFrame.unionByName, fs) for n, fs in self._emitted.items()}
+    def emitted(self, node: ir.Reduce):
+        """The reduction's changes in this step's earlier rounds (None before its first)."""
+        frames = self._emitted.get(node)
+        return reduce(DataFrame.unionByName, frames) if frames else None
 
     def _deepest(self) -> int:
         """The highest iteration in the scope's traces from earlier steps (one job; none in
         a first step): from that round on no join or reduction can emit at a later one."""
         inner, _ = ir.scope_of(self.node)
-        batches = [b for n in inner if isinstance(n, ir.Arrange)
-                   for b in (self.runner._state.get(n).batches if self.runner._state.get(n)
-                             else [])]
+        traces = [self.runner._state.get(n) for n in inner if isinstance(n, ir.Arrange)]
+        batches = [b for t in traces if t is not None for b in t.batches]
         if not batches:
             return -1
         top = reduce(DataFrame.union, [b.select(ITERATION) for b in batches]) \
@@ -166,11 +166,14 @@ class Scope:
         if held is None and (node in rs.empty or self.round >= self.deepest):
             return df
         frame = df if held is None else df.unionByName(held[0])
-        if held is not None or isinstance(node, ir.Join):
-            frame = detached(materialise(frame))
+        checkpoint = held is not None or isinstance(node, ir.Join)
+        if checkpoint:  # computed by the split's counts below: one job, not two
+            frame = frame.localCheckpoint(eager=False)
         it, now = F.col(ITERATION), F.col(ITERATION) <= self.round
         row = frame.agg(F.count(F.when(now, 1)).alias("now"), F.count(F.when(~now, 1)).alias("later"),
                         F.min(F.when(~now, it)).alias("least")).first()
+        if checkpoint:
+            frame = detached(frame)
         if row["later"]:
             self.held[node] = (frame.where(~now), row["least"])
         if row["now"]:

@@ -163,7 +163,7 @@ class Runner:
             return iterate.run(self, node, kids, step)
         if isinstance(node, ir.Reduce) and step.scope is not None:
             return reduce_product.delta(node, step.views[node.input],
-                                        step.scope.emitted.get(node), step.lower,
+                                        step.scope.emitted(node), step.lower,
                                         step.scope.round, step.time_cols,
                                         kids[0].limit(0), self.backend)
         if isinstance(node, ir.Reduce):

@@ -135,15 +135,20 @@ def test_fusion_makes_one_linear_operator():
     assert done.after.total < done.before.total
 
 
-def pushdown_flows() -> dict[str, Dataflow]:
-    """Per pushdown rule, a one-output plan where it fires and pays off."""
+def _flows(makers: dict) -> dict[str, Dataflow]:
+    """Per name, a one-output plan `make(e, f, w)` over edges e, f and weights w keyed by src."""
     def flow_of(make):
         flow = Dataflow()
         e, f, w = flow.input("e", E), flow.input("f", E), flow.input("w", W)
         flow.output("out", make(e, f, w.map("node AS src", "w")))
         return flow
 
-    return {name: flow_of(make) for name, make in {
+    return {name: flow_of(make) for name, make in makers.items()}
+
+
+def pushdown_flows() -> dict[str, Dataflow]:
+    """Per pushdown rule, a one-output plan where it fires and pays off."""
+    return _flows({
         "linear_below_concat": lambda e, f, w: e.concat(f.map("dst AS src", "src AS dst"))
         .filter("dst > 0").map("src", "dst + 1 AS d"),
         "filter_below_join_left": lambda e, f, w: e.join(w, on=["src"]).filter("dst >= 1"),
@@ -155,7 +160,7 @@ def pushdown_flows() -> dict[str, Dataflow]:
         .temporal_filter(lower="dst"),
         "filter_below_reduce_key": lambda e, f, w: e.count(by=["src"]).filter("src > 0"),
         "read_arrangement": lambda e, f, w: e.arrange_by_key("dst").filter("src < 3"),
-    }.items()}
+    })
 
 
 @pytest.mark.parametrize("rule", sorted(pushdown_flows()))
@@ -178,19 +183,13 @@ def test_pushdown_rule_fires_and_the_predicate_moves_below(rule):
 def projection_flows() -> dict[str, Dataflow]:
     """One-output plans where a projection of a join's output narrows the join's sides (key
     columns kept; the projection itself stays on top), named by the rule that fires."""
-    def flow_of(make):
-        flow = Dataflow()
-        e, f, w = flow.input("e", E), flow.input("f", E), flow.input("w", W)
-        flow.output("out", make(e, f, w.map("node AS src", "w")))
-        return flow
-
-    return {name: flow_of(make) for name, make in {
+    return _flows({
         "project_below_join": lambda e, f, w: e.join(w, on=["src"]).map("w AS weight", "src"),
         "project_below_join (semijoin)": lambda e, f, w: e.map("dst", "src", "src + dst AS s")
         .semijoin(w, on=["src"]).map("s", "s AS t"),
         "narrow_below_filter": lambda e, f, w: f.join(w, on=["src"]).filter("w > 0")
         .map("dst", "src"),
-    }.items()}
+    })
 
 
 @pytest.mark.parametrize("rule", sorted(projection_flows()))

@@ -37,6 +37,8 @@ def parse_args(argv):
     p.add_argument("--roots", type=int, default=1, help="bfs roots (default 1, Graph500)")
     p.add_argument("--changes", type=int, default=100, help="edge changes in (b) (default 100)")
     p.add_argument("--seed", type=int, default=5)
+    p.add_argument("--warm-up-rows", type=int, default=300,
+                   help="edges of the untimed warm-up run (0: none)")
     return p.parse_args(argv)
 
 
@@ -241,8 +243,9 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
     payload = {"benchmark": "iterate", "command": common.command_line(argv),
                "machine": common.machine_info(spark, conf)}
     try:
-        with common.phase("warm-up on a small graph"):
-            run(spark, conf, parse_args(["--rows", "300", "--changes", "4"]))
+        if args.warm_up_rows:
+            with common.phase("warm-up on a small graph"):
+                run(spark, conf, parse_args(["--rows", str(args.warm_up_rows), "--changes", "4"]))
         payload["bfs"] = run(spark, conf, args)
     finally:
         if own_session:

@@ -122,3 +122,16 @@ def test_kernels_benchmark_triangles_on_snap_graphs(tmp_path):
     assert rows["Wiki-Vote"]["numpy"] == 608_389
     assert rows["rmat-2000"]["numpy"] > 0
     assert json.loads(out.read_text())["triangles"][0]["graph"] == "facebook_combined"
+
+
+@pytest.mark.slow
+def test_iterate_benchmark_smoke(spark, tmp_path):
+    """bfs on a small R-MAT graph: every diffspark answer is checked against the peer inside."""
+    from benchmarks import iterate
+
+    out = tmp_path / "iterate.json"
+    payload = iterate.main(["--rows", "200", "--changes", "4", "--warm-up-rows", "0",
+                            "--conf", "diffspark.partitions=2", "--out", str(out)], spark=spark)
+    r = payload["bfs"]
+    assert r["edges"] == 200 and r["first_step_rounds"] and r["incremental_rounds"]
+    assert json.loads(out.read_text())["bfs"]["reached"] == r["reached"] > 0

@@ -57,20 +57,27 @@ def _synchronize(xp):
         cupy.cuda.runtime.deviceSynchronize()
 
 
+def timed(xp, fn, repeat: int) -> tuple[object, list[float]]:
+    """(result of an untimed warm-up call, seconds of `repeat` timed calls) of `fn()`, the
+    device synchronised before each clock reading."""
+    output = fn()
+    times = []
+    for _ in range(max(1, repeat)):
+        _synchronize(xp)
+        start = time.perf_counter()
+        fn()
+        _synchronize(xp)
+        times.append(time.perf_counter() - start)
+    return output, times
+
+
 def measure_kernel(xp, name: str, rows: int, repeat: int) -> dict:
     """Best seconds of kernel `name` over `repeat` runs, with its roofline."""
     from gpu_kernels import parity, roofline
 
     host = parity.case_inputs(name, rows)
     moved = {k: xp.asarray(v) if hasattr(v, "dtype") else v for k, v in host.items()}
-    output = parity.CASES[name].run(xp, moved)  # warm-up
-    times = []
-    for _ in range(max(1, repeat)):
-        _synchronize(xp)
-        start = time.perf_counter()
-        parity.CASES[name].run(xp, moved)
-        _synchronize(xp)
-        times.append(time.perf_counter() - start)
+    output, times = timed(xp, lambda: parity.CASES[name].run(xp, moved), repeat)
     moved_bytes, ops = roofline.cost(name, host, output)
     limit = roofline.roofline_seconds(moved_bytes, ops)
     best = min(times)
@@ -107,15 +114,8 @@ def measure_triangles(xp, src, dst, repeat: int) -> tuple[int, float]:
     """(count, best seconds) of count_triangles on arrays already on xp's device."""
     from gpu_kernels.wcoj import count_triangles
 
-    count = count_triangles(xp, src, dst)  # warm-up
-    best = float("inf")
-    for _ in range(max(1, repeat)):
-        _synchronize(xp)
-        start = time.perf_counter()
-        count_triangles(xp, src, dst)
-        _synchronize(xp)
-        best = min(best, time.perf_counter() - start)
-    return count, best
+    count, times = timed(xp, lambda: count_triangles(xp, src, dst), repeat)
+    return count, min(times)
 
 
 def triangle_rows(backend: str, spec: str, repeat: int, numpy_max: int) -> list[dict]:

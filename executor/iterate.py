@@ -28,7 +28,7 @@ from .config import MAX_ROUNDS_KEY, max_rounds
 from .consolidate import consolidate
 from .errors import StepError
 from .linear import q, record_columns
-from .spine import detached, materialise_counted
+from .spine import detached, materialise_counted, materialise_with
 from .time import DIFF, ITERATION
 from .trace import View
 
@@ -166,14 +166,18 @@ class Scope:
         if held is None and (node in rs.empty or self.round >= self.deepest):
             return df
         frame = df if held is None else df.unionByName(held[0])
-        checkpoint = held is not None or isinstance(node, ir.Join)
-        if checkpoint:  # computed by the split's counts below: one job, not two
-            frame = frame.localCheckpoint(eager=False)
         it, now = F.col(ITERATION), F.col(ITERATION) <= self.round
-        row = frame.agg(F.count(F.when(now, 1)).alias("now"), F.count(F.when(~now, 1)).alias("later"),
-                        F.min(F.when(~now, it)).alias("least")).first()
-        if checkpoint:
+
+        def split(f):
+            return f.agg(F.count(F.when(now, 1)).alias("now"),
+                         F.count(F.when(~now, 1)).alias("later"),
+                         F.min(F.when(~now, it)).alias("least")).first()
+
+        if held is not None or isinstance(node, ir.Join):
+            frame, row = materialise_with(frame, split)  # one job, not two
             frame = detached(frame)
+        else:
+            row = split(frame)
         if row["later"]:
             self.held[node] = (frame.where(~now), row["least"])
         if row["now"]:

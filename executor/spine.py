@@ -10,9 +10,11 @@ driver runs out of heap.
 from __future__ import annotations
 
 from functools import reduce
-from typing import Callable, Optional
+from typing import Callable, Optional, TypeVar
 
 from pyspark.sql import DataFrame
+
+T = TypeVar("T")
 
 
 def materialise(df: DataFrame) -> DataFrame:
@@ -41,10 +43,16 @@ def is_computed(df: DataFrame) -> bool:
         "LocalRelation", "LogicalRDD")
 
 
-def materialise_counted(df: DataFrame) -> tuple[DataFrame, int]:
-    """materialise and count in the same single job (the count is what computes it)."""
+def materialise_with(df: DataFrame, action: Callable[[DataFrame], T]) -> tuple[DataFrame, T]:
+    """materialise and run `action` (which reads every row) in the same single job: the
+    action is what computes the checkpoint."""
     frame = df.localCheckpoint(eager=False)
-    return frame, frame.count()
+    return frame, action(frame)
+
+
+def materialise_counted(df: DataFrame) -> tuple[DataFrame, int]:
+    """materialise and count in the same single job."""
+    return materialise_with(df, DataFrame.count)
 
 
 def materialise_all(frames: list[DataFrame]) -> list[DataFrame]:

@@ -2,8 +2,9 @@
 a small step's latency is mostly its job count (DESIGN.md section 11).
 
 The triangle dataflow over an R-MAT graph loaded at time 0, then batches of changes (half
-deletions), and a keyed count; per step: the number of Spark jobs (from the status tracker)
-and the seconds; for the last step, each job's call site.
+deletions, as Arrow tables), and a keyed count, each with small steps on the driver
+(executor/host.py) and with every step on Spark; per step: the number of Spark jobs (from
+the status tracker), the seconds and the path; for the last step, each job's call site.
 
     PYTHONPATH=. .venv/bin/python benchmarks/step_jobs.py --rows 5000 --batches 4
 """
@@ -19,9 +20,6 @@ import numpy as np  # noqa: E402
 
 from benchmarks import common  # noqa: E402
 from benchmarks.rmat import rmat_edges  # noqa: E402
-
-SCHEMA = "src BIGINT, dst BIGINT, time BIGINT, diff BIGINT"
-
 
 def parse_args(argv):
     p = common.base_parser(__doc__, default_rows=5000)
@@ -51,15 +49,17 @@ def run(spark, conf, flow, name: str, feeds: list[list[tuple]]) -> dict:
     """Jobs and seconds of each step; the last step's jobs by call site."""
     from executor.runner import Runner
 
+    from executor.triangles import change_table
+
     runner = Runner(flow, conf=conf, spark=spark)
     tracker = spark.sparkContext.statusTracker()
     steps, sites = [], []
     for t, rows in enumerate(feeds):
-        df = spark.createDataFrame(rows, SCHEMA)
         before = set(tracker.getJobIdsForGroup(None))
-        result = runner.step({name: df}, upto=t + 1)
+        result = runner.step({name: change_table(rows)}, upto=t + 1)
         new = sorted(set(tracker.getJobIdsForGroup(None)) - before)
-        steps.append({"jobs": len(new), "seconds": round(result.seconds, 3)})
+        steps.append({"jobs": len(new), "seconds": round(result.seconds, 3),
+                      "host": result.host})
         sites = [_site(tracker, j) for j in new]
     return {"steps": steps, "last_step_jobs": sites}
 
@@ -83,13 +83,17 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
     counting.output("per_src", counting.input("e", "src BIGINT, dst BIGINT").count(by=["src"]))
     payload = {"benchmark": "step_jobs", "command": common.command_line(argv),
                "machine": common.machine_info(spark, conf)}
+    spark_only = conf | {"diffspark.host.step_rows": "0"}
+    parts = {"triangles": (conf, triangle_flow(), NAME), "count": (conf, counting, "e"),
+             "triangles on spark": (spark_only, triangle_flow(), NAME),
+             "count on spark": (spark_only, counting, "e")}
     try:
-        payload["triangles"] = run(spark, conf, triangle_flow(), NAME, feeds)
-        payload["count"] = run(spark, conf, counting, "e", feeds)
+        for part, (c, flow, name) in parts.items():
+            payload[part] = run(spark, c, flow, name, feeds)
     finally:
         if own_session:
             spark.stop()
-    for part in ("triangles", "count"):
+    for part in parts:
         print(part, [s["jobs"] for s in payload[part]["steps"]], "jobs per step;",
               [s["seconds"] for s in payload[part]["steps"]], "s")
         print("  last step:", "; ".join(payload[part]["last_step_jobs"]))

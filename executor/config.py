@@ -19,6 +19,8 @@ __all__ = [
     "PROFILES",
     "kernel_backend",
     "load_conf",
+    "host_mirror_rows",
+    "host_step_rows",
     "local_query_rows",
     "max_rounds",
     "partitions",
@@ -39,6 +41,10 @@ DEFAULT_BACKEND = "auto"
 DEFAULT_PARTITIONS = 8
 LOCAL_QUERY_ROWS_KEY = "diffspark.query.local_rows"
 DEFAULT_LOCAL_QUERY_ROWS = 2_000_000
+HOST_STEP_ROWS_KEY = "diffspark.host.step_rows"
+DEFAULT_HOST_STEP_ROWS = 100_000
+HOST_MIRROR_ROWS_KEY = "diffspark.host.mirror_rows"
+DEFAULT_HOST_MIRROR_ROWS = 20_000_000
 
 # What an environment variable named in a profile is for, to say so when it is missing.
 ENV_HINTS = {
@@ -124,6 +130,19 @@ def local_query_rows(conf: Mapping[str, str]) -> int:
     """The most seed updates a step of a conjunctive query runs on the driver's array
     backend, against index rows fetched by key; larger steps run as Spark SQL."""
     return _positive_int(conf, LOCAL_QUERY_ROWS_KEY, DEFAULT_LOCAL_QUERY_ROWS)
+
+
+def host_step_rows(conf: Mapping[str, str]) -> int:
+    """The most updates per input (given as local rows) of a step that runs on the driver
+    (executor/host.py); 0 runs every step on Spark."""
+    if str(conf.get(HOST_STEP_ROWS_KEY, "")).strip() == "0":
+        return 0
+    return _positive_int(conf, HOST_STEP_ROWS_KEY, DEFAULT_HOST_STEP_ROWS)
+
+
+def host_mirror_rows(conf: Mapping[str, str]) -> int:
+    """The most records an arrangement may hold for the driver to mirror it."""
+    return _positive_int(conf, HOST_MIRROR_ROWS_KEY, DEFAULT_HOST_MIRROR_ROWS)
 
 
 def max_rounds(conf: Mapping[str, str]) -> int:

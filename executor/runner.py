@@ -23,7 +23,9 @@ from plans import Dataflow, ir
 from plans.optimizer import optimize as optimize_plan
 from plans.ir import PlanError
 
-from . import iterate, join, limits, linear, reduce_product, wcoj
+from gpu_kernels import DiffOverflow
+
+from . import host, iterate, join, limits, linear, reduce_product, wcoj
 from . import reduce as reduce_ops
 from .config import kernel_backend, load_conf, local_query_rows, partitions
 from .consolidate import consolidate
@@ -47,6 +49,7 @@ class StepResult:
     seconds: float
     changes: dict[str, DataFrame]  # this step's final output changes, per output
     skipped: bool = False  # a resumed runner recognised a committed step: nothing ran
+    host: bool = False  # the step ran on the driver (executor/host.py), no Spark job
 
 
 class Runner:
@@ -71,6 +74,7 @@ class Runner:
         self.partitions = partitions(self.conf)
         self._counted = counted(self.plan)  # arrangements counts keep as totals (running.py)
         self._late = late(self.plan)  # what may change at or after upto (lateness.py)
+        self._hosted = host.supports(self)  # small steps may run on the driver (host.py)
         # Arrange -> Trace; Reduce, (Query, relation) -> updates waiting for their time
         self._state: dict[object, object] = {}
         self.rounds: dict[str, list[float]] = {}  # iterate -> seconds of each round, last step
@@ -261,9 +265,17 @@ class Runner:
             if name not in self.input_schemas:
                 raise InputError(name, "-", "unknown input",
                                  f"the dataflow's inputs are {sorted(self.input_schemas)}")
+        frames = {name: read_source(self.spark, name, src, self.input_schemas[name])
+                  for name, src in updates.items()}
+        if replay is None and self._hosted:
+            done = self._host_step(frames, upto)
+            if done is not None:
+                changes, commits = done
+                logs = {n: self._logs[n].appended(df) for n, df in changes.items()}
+                return self._advance(changes, {n: None for n in self.plan}, logs, commits, [],
+                                     upto, started, host=True)
         sources, digests = dict(self._empty), {}
-        for name, src in updates.items():
-            df = read_source(self.spark, name, src, self.input_schemas[name])
+        for name, df in frames.items():
             sources[name] = normalise(name, df, self.input_schemas[name], lower, upto,
                                       digests if self._store else None)
         if replay is not None:  # a committed step repeated by a resumed driver
@@ -282,17 +294,39 @@ class Runner:
                                     "inputs": digests},
                                    INFINITY if upto is None else upto, upto is None)
         except (Py4JJavaError, PySparkException) as e:
-            if isinstance(e, AnalysisException):
-                raise
-            raise StepError(f"step {self.steps + 1} refused, nothing changed: "
-                            f"{_first_line(e)}{limits.memory_hint(e)}") from None
+            raise self._refused(e) from None
+        return self._advance(changes, pending, logs, step.commits, step.holds, upto, started)
+
+    def _host_step(self, frames: dict, upto: Optional[int]):
+        """The step on the driver (executor/host.py): (changes, traces to commit), or None
+        to run it on Spark."""
+        try:
+            done = host.step(self, frames, upto)
+            if done is not None:
+                limits.check_outputs(self.conf, done[0], self.steps + 1)
+            return done
+        except (Py4JJavaError, PySparkException, DiffOverflow) as e:
+            raise self._refused(e) from None
+
+    def _refused(self, e: Exception) -> Exception:
+        """The StepError for a step that failed in Spark or in a kernel (an analysis error,
+        a bug in the plan, stays itself)."""
+        if isinstance(e, AnalysisException):
+            return e
+        return StepError(f"step {self.steps + 1} refused, nothing changed: "
+                         f"{_first_line(e)}{limits.memory_hint(e)}")
+
+    def _advance(self, changes, pending, logs, commits, holds, upto, started,
+                 host: bool = False) -> StepResult:
+        """Commit a step that has succeeded: its state replaces the runner's."""
         self._pending, self._logs = pending, logs
-        self._state.update(step.commits)
-        for handle, since in step.holds:
+        self._state.update(commits)
+        for handle, since in holds:
             handle.hold(since)
         lower, self.frontier = self.frontier, INFINITY if upto is None else upto
         self.steps += 1
-        return StepResult(self.steps, lower, self.frontier, clock.perf_counter() - started, changes)
+        return StepResult(self.steps, lower, self.frontier, clock.perf_counter() - started, changes,
+                          host=host)
 
     def _run(self, step: "_Step"):
         """Every output's changes for the step, and every reduction's pending updates,

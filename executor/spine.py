@@ -68,21 +68,25 @@ def materialise_all(frames: list[DataFrame]) -> list[DataFrame]:
 
 
 class Spine:
+    """Batches are DataFrames unless `combine` says how to join two of another kind (the
+    host mirror's array runs, executor/mirror.py)."""
+
     def __init__(self, merge: Optional[Callable[[DataFrame, int], tuple[DataFrame, int]]] = None,
-                 slack: int = 8):
+                 slack: int = 8, combine: Callable = DataFrame.unionByName):
         self.batches: list[tuple[int, DataFrame]] = []
         # (union of two batches, their summed size) -> (materialised batch, its size); a
         # trace's merge compacts and consolidates, so the size can shrink
         self.merge = merge or (lambda df, size: (materialise(df), size))
         self.slack = slack
+        self.combine = combine
 
     def appended(self, batch: DataFrame, size: int = 1) -> "Spine":
         """A new spine with `batch` added (the old one is left intact: steps commit whole)."""
-        out = Spine(self.merge, self.slack)
+        out = Spine(self.merge, self.slack, self.combine)
         batches = self.batches + [(size, batch)]
         while len(batches) > self.slack and batches[-2][0] <= 2 * batches[-1][0]:
             (s1, b1), (s2, b2) = batches[-2:]
-            merged, size = self.merge(b1.unionByName(b2), s1 + s2)
+            merged, size = self.merge(self.combine(b1, b2), s1 + s2)
             batches[-2:] = [(size, merged)]
         out.batches = batches
         return out

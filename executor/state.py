@@ -316,7 +316,7 @@ class Store:
                     "kind": "trace", "keys": list(value.keys),
                     "time_cols": list(value.time_cols), "since": value.since,
                     "upper": value.upper,
-                    "batches": [batch(b, s, value) for s, b in value.spine.batches]}
+                    "batches": [batch(b, s, value) for s, b in value.synced().spine.batches]}
             else:
                 entries[self.keys(entry)] = {"kind": "pending", "frame": fid(value)}
         outputs = {name: {"log": [[fid(b), s] for s, b in logs[name].batches],

@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from functools import reduce
 from typing import Optional
 
-from pyspark.sql import DataFrame
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from .linear import q, record_columns
+from .mirror import Mirror
 from .spine import Spine, materialise_counted
 from .time import DIFF
 
@@ -37,10 +39,17 @@ def arrange(df: DataFrame, keys: list[str], time_cols: list[str], partitions: in
     return materialise_counted(consolidated.sortWithinPartitions(*map(q, keys + values + time_cols)))
 
 
+SYNC_ROWS = 1_000_000  # host updates held for Spark beyond which (and the trace) they go in
+
+
 @dataclass
 class Trace:
     """A spine of arranged batches with the frontiers `since` (times below it are advanced
-    to it on merge) and `upper` (every update at a time below it is in the trace)."""
+    to it on merge) and `upper` (every update at a time below it is in the trace).
+
+    Steps run on the driver (executor/host.py) update `mirror`, the trace's host copy, and
+    leave their updates in `unsynced` (Arrow tables): the first reader of `batches` arranges
+    them into one Spark batch. A Spark step's append drops the mirror (rebuilt on demand)."""
 
     keys: list[str]
     time_cols: list[str]
@@ -49,6 +58,8 @@ class Trace:
     since: int = -1
     upper: int = 0
     holds: dict = field(default_factory=dict)  # reader handle id -> its since
+    mirror: Optional[Mirror] = None
+    unsynced: tuple = ()
 
     def __post_init__(self):
         if self.spine is None:
@@ -56,20 +67,54 @@ class Trace:
 
     @property
     def batches(self) -> list[DataFrame]:
-        return [b for _, b in self.spine.batches]
+        return [b for _, b in self.synced().spine.batches]
 
-    def appended(self, batch: DataFrame, size: int, upper: int, frontier_since: int) -> "Trace":
-        """A new trace with `batch` added; `frontier_since` is the owner's own need, further
-        held back by reader handles."""
-        since = min([frontier_since, *self.holds.values()])
+    def synced(self) -> "Trace":
+        """This trace with the host's updates arranged into Spark batches."""
+        if self.unsynced:
+            spark = SparkSession.active()
+            frame = spark.createDataFrame(pa.concat_tables(self.unsynced))
+            batch, size = arrange(frame, self.keys, self.time_cols, self.partitions, self.since)
+            # in place: the same collection, now also readable by Spark
+            self.spine = self._spine(self.since).appended(batch, size) if size else self.spine
+            self.unsynced = ()
+        return self
+
+    def _spine(self, since: int) -> Spine:
         keys, times, parts = self.keys, self.time_cols, self.partitions
         spine = Spine(lambda df, _: arrange(df, keys, times, parts, since), slack=self.spine.slack)
         spine.batches = list(self.spine.batches)
-        return Trace(keys, times, parts, spine.appended(batch, size) if size else spine,
+        return spine
+
+    def _since(self, frontier_since: int) -> int:
+        """The owner's own need, further held back by reader handles."""
+        return min([frontier_since, *self.holds.values()])
+
+    def next_since(self, frontier_since: int) -> int:
+        """The `since` of this trace after an append with the owner's `frontier_since`."""
+        return max(self.since, self._since(frontier_since))
+
+    def appended(self, batch: DataFrame, size: int, upper: int, frontier_since: int) -> "Trace":
+        """A new trace with `batch` added."""
+        since = self._since(frontier_since)
+        spine = self.synced()._spine(since)
+        return Trace(self.keys, self.time_cols, self.partitions,
+                     spine.appended(batch, size) if size else spine,
                      max(self.since, since), upper, self.holds)
 
+    def host_appended(self, mirror: Mirror, table: pa.Table, upper: int, since: int) -> "Trace":
+        """A new trace with a host step's updates: `mirror` already holds them, `table` is
+        them as Arrow (records, time, diff) for Spark; `since` from next_since."""
+        unsynced = self.unsynced + (table,) if table.num_rows else self.unsynced
+        out = Trace(self.keys, self.time_cols, self.partitions, self.spine, since, upper,
+                    self.holds, mirror, unsynced)
+        held = sum(t.num_rows for t in unsynced)
+        if held > max(SYNC_ROWS, sum(s for s, _ in self.spine.batches)):
+            out.synced()  # bounded: host-only steps do not pile up updates forever
+        return out
+
     def stats(self) -> dict:
-        sizes = [s for s, _ in self.spine.batches]
+        sizes = [s for s, _ in self.synced().spine.batches]
         return {"keys": list(self.keys), "batches": len(sizes), "records": sum(sizes),
                 "batch_records": sizes, "bytes": sum(_bytes(b) for b in self.batches),
                 "since": self.since, "upper": self.upper}

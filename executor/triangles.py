@@ -106,6 +106,20 @@ def count_changes(runner) -> list[tuple[int, int, int]]:
     return [(r["count"], r[TIME], r[DIFF]) for r in runner.output("triangles").collect()]
 
 
+def count_change(result) -> int:
+    """The net change of the count in one step, from the step's own output changes."""
+    return sum(r["count"] * r[DIFF] for r in result.changes["triangles"].collect())
+
+
+def change_table(rows: list[tuple[int, int, int, int]]):
+    """(src, dst, time, diff) rows as an Arrow table: local rows, which a small step reads
+    without a Spark job (executor/host.py)."""
+    import pyarrow as pa
+
+    cols = list(zip(*rows)) if rows else [(), (), (), ()]
+    return pa.table({c: pa.array(v, pa.int64()) for c, v in zip(("src", "dst", TIME, DIFF), cols)})
+
+
 def incremental(spark, conf: dict, edges: DataFrame, steps: int,
                 report=print) -> tuple[object, list[int], list[int]]:
     """Feed a timed edge stream to the triangle dataflow in `steps` steps; (runner, distinct
@@ -151,7 +165,6 @@ def stream_demo(spark, conf: dict, path: str, steps: int, batch: int, seed: int,
           f"(static kernel count, {clock.perf_counter() - started:.2f} s)", flush=True)
 
     runner = Runner(triangle_flow(), conf=conf, spark=spark)
-    schema = "src BIGINT, dst BIGINT, time BIGINT, diff BIGINT"
     batches = [[(x, y, 0, 1) for x, y in sorted(present)]]
     for t in range(1, steps + 1):
         ordered = sorted(present)
@@ -166,9 +179,8 @@ def stream_demo(spark, conf: dict, path: str, steps: int, batch: int, seed: int,
         batches.append([(x, y, t, -1) for x, y in gone] + [(x, y, t, 1) for x, y in sorted(new)])
     before = 0
     for t, rows in progress(enumerate(batches), "steps", len(batches)):
-        df = spark.createDataFrame(rows, schema)
-        result = runner.step({NAME: df}, upto=t + 1)
-        now = running_counts(count_changes(runner), [t])[0]
+        result = runner.step({NAME: change_table(rows)}, upto=t + 1)
+        now = before + count_change(result)
         what = "load" if t == 0 else f"{len(rows)} changes"
         print(f"time={t} triangles={now} change={now - before:+d} ({what}) "
               f"seconds={result.seconds:.2f} jvm_mib={_jvm_mib(spark)}", flush=True)

@@ -27,11 +27,16 @@ _WIDENS = {LongType: (ByteType, ShortType, IntegerType, LongType),
 
 
 def read_source(spark: SparkSession, name: str, source, schema: StructType) -> DataFrame:
-    """A DataFrame of updates from a DataFrame or a Parquet/CSV path (file or folder)."""
+    """A DataFrame of updates from a DataFrame, a pyarrow Table (local rows: a small step
+    reads them without a Spark job) or a Parquet/CSV path (file or folder)."""
+    import pyarrow as pa
+
     if isinstance(source, DataFrame):
         return source
+    if isinstance(source, pa.Table):
+        return spark.createDataFrame(source)
     if not isinstance(source, (str, os.PathLike)):
-        raise InputError(name, "-", "expects a DataFrame or a Parquet/CSV path",
+        raise InputError(name, "-", "expects a DataFrame, a pyarrow Table or a Parquet/CSV path",
                          type(source).__name__)
     path = os.fspath(source)
     if not os.path.exists(path):
@@ -70,12 +75,13 @@ def _first_line(e: Exception) -> str:
 
 
 def normalise(name: str, df: DataFrame, schema: StructType, frontier: int,
-              upto: int, digest: Optional[dict] = None) -> DataFrame:
+              upto: int, digest: Optional[dict] = None, local: bool = False) -> DataFrame:
     """`df` as (record columns in schema order, time, diff) after checking every rule.
 
     Absent `time` means the step's frontier (time 0 in a first step); absent `diff` means +1.
     Given a dict `digest`, the same job also sets digest[name] to a content hash of the
-    normalised rows (durable state recognises a repeated step by it).
+    normalised rows (durable state recognises a repeated step by it). `local`: `df` is a
+    few local rows, checked on the driver (executor/host.py), no digest.
     """
     given = {f.name.lower(): f for f in df.schema.fields}
     wanted = {f.name.lower() for f in schema.fields} | {TIME, DIFF}
@@ -102,6 +108,9 @@ def normalise(name: str, df: DataFrame, schema: StructType, frontier: int,
                                  f"{'inf' if upto is None else upto})", bad))
         else:
             mass = F.abs(value.cast("decimal(38,0)"))
+    if local:
+        _check_rows(name, df, checks, mass)
+        return df.select(*cols)
     row = _run_checks(name, df, checks, mass, [] if digest is None else content_digest(cols))
     if digest is not None:
         digest[name] = digest_of(row)
@@ -134,10 +143,24 @@ def _run_checks(name: str, df: DataFrame, checks, mass, extra=()):
     aggs.append(F.sum(mass).alias("mass"))
     aggs += list(extra)
     row = df.agg(*aggs).collect()[0]
-    for i, (column, rule, _) in enumerate(checks):
-        if row[f"c{i}"]:
-            raise InputError(name, column, rule, f"{row[f'c{i}']} rows")
-    if row["mass"] is not None and row["mass"] > INT64_MAX:
-        raise InputError(name, DIFF, "diff overflow: the sum of |diff| exceeds int64",
-                         str(row["mass"]))
+    _refuse(name, checks, [row[f"c{i}"] for i in range(len(checks))], row["mass"])
     return row
+
+
+def _check_rows(name: str, df: DataFrame, checks, mass) -> None:
+    """The same rules over local rows: a projection of one flag per rule, which Catalyst
+    evaluates on the driver (no job); the counts are summed here."""
+    flags = [F.when(cond, 1).otherwise(0).alias(f"c{i}") for i, (_, _, cond) in
+             enumerate(checks)]
+    rows = df.select(*flags, mass.alias("mass")).collect()
+    counts = [sum(r[i] for r in rows) for i in range(len(checks))]
+    _refuse(name, checks, counts, sum((r["mass"] for r in rows if r["mass"] is not None), 0))
+
+
+def _refuse(name: str, checks, counts: list, mass) -> None:
+    """InputError for the first rule with violations, or for a diff mass beyond int64."""
+    for (column, rule, _), n in zip(checks, counts):
+        if n:
+            raise InputError(name, column, rule, f"{n} rows")
+    if mass is not None and mass > INT64_MAX:
+        raise InputError(name, DIFF, "diff overflow: the sum of |diff| exceeds int64", str(mass))

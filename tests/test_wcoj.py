@@ -1,7 +1,7 @@
 """Worst-case optimal joins on Spark: delta queries for triangles, 4-cliques and other
 conjunctive queries against the reference interpreter, on random multi-step update streams
-with retractions and several changes at one time; each on both paths of the query operator
-(small steps on the driver's arrays, big ones as Spark SQL)."""
+with retractions and several changes at one time; each on three paths of the query operator
+(whole small steps on the driver, the rules alone on the driver's arrays, Spark SQL)."""
 from __future__ import annotations
 
 import pytest
@@ -42,9 +42,12 @@ node = st.integers(0, 3)
 edge = st.tuples(st.tuples(node, node), st.integers(0, HORIZON - 1),
                  st.sampled_from([-1, 1, 1, 2]))
 cuts = st.sets(st.integers(1, HORIZON - 1), max_size=2).map(lambda s: sorted(s) + [HORIZON])
-# local_rows=1: every step with more than one seed runs as Spark SQL
-PATHS = pytest.mark.parametrize("path", [{}, {"diffspark.query.local_rows": "1"}],
-                                ids=["arrays", "sql"])
+# the whole step on the driver (executor/host.py); on Spark with the rules on the driver's
+# arrays; on Spark with local_rows=1: every step with more than one seed as Spark SQL
+SPARK = {"diffspark.host.step_rows": "0"}
+PATHS = pytest.mark.parametrize(
+    "path", [{}, SPARK, SPARK | {"diffspark.query.local_rows": "1"}],
+    ids=["host", "arrays", "sql"])
 
 
 @pytest.mark.slow

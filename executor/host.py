@@ -1,0 +1,351 @@
+"""Small steps on the driver: no Spark job where a step touches a few keys (DESIGN.md §11).
+
+Each Spark job costs 0.1-1 s whatever its size, so a step of a thousand updates through a
+dozen operators costs seconds on Spark. When a step's updates are few and given as local
+rows (createDataFrame), and every operator of the plan has a host form, the runner runs the
+step here: inputs are checked by a projection that Catalyst folds into the local rows (no
+job), linear operators stay Spark expressions folded the same way, and arrangements,
+`distinct`, `count` and conjunctive queries run on array kernels (numpy, or cupy) against
+host mirrors of the traces (executor/mirror.py). Outputs come back as local DataFrames.
+
+Spark stays the reference and the state: traces receive the host's updates when Spark next
+reads them. A step runs on Spark instead when it is big, when the plan holds another
+operator (join, iterate, other reductions, imports), when updates wait for later times,
+under durable state, or when a column is not an integer or holds a null (`Unsupported`,
+raised before anything is committed). Tests run every operator both ways.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import LongType, StructField, StructType
+
+from gpu_kernels import consolidate, group_starts, namespace, to_numpy
+from plans import ir
+from plans import query as cq
+
+from . import delta_rules, linear
+from .config import host_mirror_rows, host_step_rows
+from .mirror import Mirror, run_of
+from .time import DIFF, TIME
+from .trace import Trace
+from .updates import normalise
+
+_INTEGRAL = ("byte", "short", "integer", "long")
+_HOSTED = (ir.Input, ir.Linear, ir.Concat, ir.Consolidate, ir.Arrange, ir.Query)
+
+
+class Unsupported(Exception):
+    """This step cannot run on the host: the runner runs it on Spark."""
+
+
+def supports(runner) -> bool:
+    """Whether the runner's plan can ever step on the host."""
+    if host_step_rows(runner.conf) == 0 or runner._late:
+        return False
+    for node in ir.topological(runner.plan.values()):
+        if isinstance(node, ir.Reduce):
+            if node.reduction.kind not in ("count", "distinct"):
+                return False
+        elif not isinstance(node, _HOSTED):
+            return False
+    return True
+
+
+@dataclass
+class Changes:
+    """A step's updates on the host: int64 record columns, time and diff, with the Spark
+    schema they came from (records, time, diff)."""
+
+    schema: StructType
+    cols: list
+    t: object
+    d: object
+
+    @property
+    def names(self) -> list[str]:
+        return [f.name for f in self.schema.fields[:-2]]
+
+    def col(self, name: str):
+        return self.cols[self.names.index(name)]
+
+    def table(self, xp) -> pa.Table:
+        arrow = to_arrow_schema(self.schema)
+        arrays = [to_numpy(xp, a) for a in (*self.cols, self.t, self.d)]
+        return pa.Table.from_arrays([pa.array(a).cast(f.type) for a, f in zip(arrays, arrow)],
+                                    schema=arrow)
+
+    def frame(self, spark, xp) -> DataFrame:
+        return spark.createDataFrame(self.table(xp))
+
+
+def _updates_schema(records: list[StructField]) -> StructType:
+    return StructType(records + [StructField(TIME, LongType(), False),
+                                 StructField(DIFF, LongType(), False)])
+
+
+@dataclass
+class _View:
+    """An arrangement in a host step: its trace, its mirror before the step, the step's
+    batch, and what the step's queries read (the mirror and the batch, unmerged)."""
+
+    trace: Trace
+    old: Mirror
+    batch: Changes
+    read: Optional[Mirror]
+
+
+class HostStep:
+    """One step's operators on the host: each node's changes (memo), the arrangements'
+    views and the traces to commit."""
+
+    def __init__(self, runner, sources: dict[str, DataFrame], upto: int):
+        self.runner, self.sources, self.upto = runner, sources, upto
+        self.lower = runner.frontier
+        self.xp = namespace(runner.backend)
+        self.spark = runner.spark
+        self.memo: dict = {}
+        self.views: dict = {}
+        self.commits: dict = {}
+
+    # ------------------------------------------------------------------ values
+    def frame(self, node: ir.Node) -> DataFrame:
+        value = self.value(node)
+        return value if isinstance(value, DataFrame) else value.frame(self.spark, self.xp)
+
+    def changes(self, node: ir.Node) -> Changes:
+        value = self.value(node)
+        if isinstance(value, DataFrame):  # collected once, however many operators read it
+            value = self.memo[node] = self._collect(value)
+        return value
+
+    def _collect(self, df: DataFrame) -> Changes:
+        """The rows of a local frame (no job when Catalyst folds it into the local rows)."""
+        for f in df.schema.fields:
+            if f.dataType.typeName() not in _INTEGRAL:
+                raise Unsupported(f"column {f.name} is {f.dataType.simpleString()}")
+        rows = df.collect()
+        columns = list(zip(*rows)) if rows else [()] * len(df.columns)
+        if any(v is None for c in columns for v in c):
+            raise Unsupported("a null")
+        xp = self.xp
+        arrays = [xp.asarray(np.asarray(c, dtype=np.int64)) for c in columns]
+        t = arrays[-2]
+        if t.shape[0] and int(xp.max(t)) >= self.upto:
+            raise Unsupported("updates at or after upto")
+        return Changes(df.schema, arrays[:-2], t, arrays[-1])
+
+    def value(self, node: ir.Node):
+        if node not in self.memo:
+            self.memo[node] = self._evaluate(node)
+        return self.memo[node]
+
+    def _evaluate(self, node: ir.Node):
+        if isinstance(node, ir.Input):
+            return self.sources.get(node.name, self.runner._empty[node.name])
+        if isinstance(node, ir.Linear):
+            return linear.apply(self.frame(node.input), node.stages, [TIME], self.runner.backend)
+        if isinstance(node, ir.Concat):
+            return self._concat([self.changes(c) for c in node.children()])
+        if isinstance(node, ir.Consolidate):
+            return self._consolidated(self.changes(node.input))
+        if isinstance(node, ir.Arrange):
+            return self._arrange(node)
+        if isinstance(node, ir.Reduce):
+            return self._reduce(node)
+        if isinstance(node, ir.Query):
+            return self._query(node)
+        raise Unsupported(node.label())
+
+    def _concat(self, parts: list[Changes]) -> Changes:
+        xp = self.xp
+        return Changes(parts[0].schema,
+                       [xp.concat([p.col(n) for p in parts]) for n in parts[0].names],
+                       xp.concat([p.t for p in parts]), xp.concat([p.d for p in parts]))
+
+    def _consolidated(self, c: Changes) -> Changes:
+        keys, d = consolidate(self.xp, [*c.cols, c.t], c.d)
+        return Changes(c.schema, keys[:-1], keys[-1], d)
+
+    # ------------------------------------------------------------------ arrangements
+    def mirror(self, node: ir.Arrange, trace: Trace, columns: list[str], nkeys: int) -> Mirror:
+        """The trace's mirror, built from its Spark batches (one job) when it has none; kept
+        on the trace (in place: it is the same collection)."""
+        if trace.mirror is None:
+            records = sum(s for s, _ in trace.synced().spine.batches)
+            if records > host_mirror_rows(self.runner.conf):
+                raise Unsupported(f"{node.label()} holds {records} records")
+            try:
+                trace.mirror = Mirror.of(self.xp, trace.batches, columns, nkeys)
+            except ValueError as e:
+                raise Unsupported(str(e)) from None
+        return trace.mirror
+
+    def _arrange(self, node: ir.Arrange) -> Changes:
+        """The step's updates as the arrangement's new batch; the new mirror holds them."""
+        runner = self.runner
+        batch = self._consolidated(self.changes(node.input))
+        keys = list(node.keys) if node.keys is not None else batch.names
+        trace = runner._state.get(node) or Trace(keys, [TIME], runner.partitions)
+        columns = keys + [c for c in batch.names if c not in keys]
+        old = self.mirror(node, trace, columns if node not in runner._counted else keys, len(keys))
+        if node in runner._counted:  # the count appends its totals (see _reduce)
+            self.views[node] = _View(trace, old, batch, None)
+            return batch
+        since = trace.next_since(self.upto - 1)
+        run = run_of(self.xp, [batch.col(c) for c in columns], batch.t, batch.d)
+        self.views[node] = _View(trace, old, batch, old.reading(run))
+        self.commits[node] = trace.host_appended(old.appended(run, since), batch.table(self.xp),
+                                                 self.upto, since)
+        return batch
+
+    # ------------------------------------------------------------------ reductions
+    def _reduce(self, node: ir.Reduce) -> Changes:
+        """count and distinct by running sums: a key's total before the step (its old
+        updates, summed) then after each of the step's times; the differences are emitted,
+        exactly as executor/reduce.py `_running` does in Spark SQL."""
+        xp = self.xp
+        arranged = node.input
+        self.value(arranged)
+        view = self.views[arranged]
+        old, batch = view.old, view.batch
+        keys = list(arranged.keys) if arranged.keys is not None else batch.names
+        fields = {f.name: f for f in batch.schema.fields}
+        key_cols = [batch.col(k) for k in keys]
+        held = old.rows(self._distinct_rows(key_cols)) if keys else old.rows([])
+        held_keys = [held.cols[old.columns.index(k)] for k in keys]
+        base = xp.full_like(held.t, self.lower - 1)
+        rows, m = consolidate(xp, [xp.concat([a, b]) for a, b in zip(key_cols, held_keys)]
+                              + [xp.concat([batch.t, base])], xp.concat([batch.d, held.d]))
+        kc, t = rows[:-1], rows[-1]
+        now = _segment_running_sum(xp, kc, m)
+        prev = now - m
+        step = xp.nonzero(t >= self.lower)[0]
+        kc, t, now, prev = ([xp.take(a, step) for a in kc], xp.take(t, step),
+                            xp.take(now, step), xp.take(prev, step))
+        if node.reduction.kind == "distinct":
+            diff = xp.astype(now > 0, xp.int64) - xp.astype(prev > 0, xp.int64)
+            keep = xp.nonzero(diff != 0)[0]
+            out = Changes(batch.schema, [xp.take(a, keep) for a in kc], xp.take(t, keep),
+                          xp.take(diff, keep))
+            return self._consolidated(out)
+        # count: the new count (+1) and the previous one (-1), zeros left out
+        a, b = xp.nonzero(now != 0)[0], xp.nonzero(prev != 0)[0]
+        cols = [xp.concat([xp.take(c, a), xp.take(c, b)]) for c in kc]
+        cols.append(xp.concat([xp.take(now, a), xp.take(prev, b)]))
+        signs = xp.concat([xp.ones_like(a), -xp.ones_like(b)])
+        schema = _updates_schema([fields[k] for k in keys] +
+                                 [StructField("count", LongType(), False)])
+        out = self._consolidated(Changes(schema, cols, xp.concat([xp.take(t, a), xp.take(t, b)]),
+                                         signs))
+        if arranged in self.runner._counted:  # totals: + count * diff per key and time
+            since = view.trace.next_since(self.upto - 1)
+            weighted = out.col("count") * out.d
+            totals = run_of(xp, out.cols[:-1], out.t, weighted)
+            table = Changes(_updates_schema([fields[k] for k in keys]), list(totals.cols),
+                            totals.t, totals.d).table(xp)
+            self.commits[arranged] = view.trace.host_appended(old.appended(totals, since), table,
+                                                              self.upto, since)
+        return out
+
+    def _distinct_rows(self, cols: list) -> list:
+        keys, _ = consolidate(self.xp, cols, self.xp.ones_like(cols[0]))
+        return keys
+
+    # ------------------------------------------------------------------ queries
+    def _query(self, node: ir.Query) -> Changes:
+        """The query's delta rules (executor/delta_rules.py) over the step's seeds, looking
+        index rows up in the mirrors of the arrangements the extenders read."""
+        xp = self.xp
+        inputs = {r: self.changes(i) for r, i in zip(node.relations, node.inputs)}
+        position = {r: i for i, r in enumerate(node.relations)}
+        seeds = {r: (c.cols, c.t, c.d) for r, c in inputs.items()}
+
+        def lookup(wants: dict) -> dict:
+            out = {}
+            for req, tables in wants.items():
+                names = inputs[req.relation].names
+                arranged = ir.Arrange(node.inputs[position[req.relation]],
+                                      tuple(names[k] for k in req.key))
+                self.value(arranged)
+                mirror = self.views[arranged].read
+                asked = [xp.concat([t[j] for t in tables]) for j in range(len(req.key))]
+                run = mirror.rows(asked)
+                col = {n: run.cols[mirror.columns.index(n)] for n in names}
+                keep = xp.ones(run.t.shape[0], dtype=xp.bool)
+                for k, x in req.constants:
+                    keep = xp.logical_and(keep, col[names[k]] == x)
+                value = xp.zeros_like(run.t) if req.value is None else col[names[req.value]]
+                for k in req.repeats:
+                    keep = xp.logical_and(keep, col[names[k]] == value)
+                rows = xp.nonzero(keep)[0]
+                out[req] = ([xp.take(col[names[k]], rows) for k in req.key],
+                            xp.take(value, rows), xp.take(run.t, rows), xp.take(run.d, rows))
+            return out
+
+        cols, t, d = delta_rules.run(xp, node.query, cq.delta_rules(node.query, node.order),
+                                     seeds, lookup)
+        fields = []
+        for v in node.query.head:
+            r, k = node.query.binding(v)
+            fields.append(StructField(v, inputs[r].schema.fields[k].dataType, False))
+        return Changes(_updates_schema(fields), list(cols), t, d)
+
+    # ------------------------------------------------------------------ the step
+    def outputs(self) -> dict[str, Changes]:
+        return {name: self._consolidated(self.changes(node))
+                for name, node in self.runner.plan.items()}
+
+
+def _segment_running_sum(xp, keys: list, m):
+    """Per row of updates sorted by (keys, time): the sum of m over its key's rows so far."""
+    total = xp.cumulative_sum(m, include_initial=True)
+    n = m.shape[0]
+    starts = group_starts(xp, keys) if keys else xp.zeros(1 if n else 0, dtype=xp.int64)
+    group = xp.searchsorted(starts, xp.arange(n, dtype=xp.int64), side="right") - 1
+    return total[1:] - xp.take(xp.take(total, starts), group)
+
+
+def step(runner, updates: dict, upto: Optional[int]) -> Optional[tuple[dict, dict]]:
+    """(each output's changes as local DataFrames, the traces to commit), or None when the
+    step must run on Spark. Input errors raise InputError before anything changes."""
+    if upto is None or runner._store is not None:
+        return None
+    if any(p is not None for p in runner._pending.values()) or any(
+            not isinstance(s, Trace) and s is not None for s in runner._state.values()):
+        return None  # held-back updates wait in Spark frames
+    limit = host_step_rows(runner.conf)
+    sources = {}
+    for name, df in updates.items():
+        rows = _local(runner.spark, df, limit)
+        if rows is None:
+            return None
+        sources[name] = normalise(name, rows, runner.input_schemas[name], runner.frontier,
+                                  upto, local=True)
+    host = HostStep(runner, sources, upto)
+    try:
+        outs = host.outputs()
+    except Unsupported:
+        return None
+    changes = {name: c.frame(runner.spark, host.xp) for name, c in outs.items()}
+    return changes, host.commits
+
+
+def _local(spark, df: DataFrame, limit: int) -> Optional[DataFrame]:
+    """`df` as local rows when it holds at most `limit`, else None. Rows already local (a
+    pyarrow Table or pandas frame given to createDataFrame) cost nothing; a computed frame
+    (a Python list given to createDataFrame, a checkpoint) one job for at most limit + 1
+    rows; any other frame (a file scan, a plan) runs on Spark."""
+    plan = df._jdf.queryExecution().analyzed()
+    kind = plan.getClass().getSimpleName()
+    if kind == "LocalRelation":
+        return df if plan.data().size() <= limit else None
+    if kind != "LogicalRDD":
+        return None
+    table = df.limit(limit + 1).toArrow()
+    return spark.createDataFrame(table) if table.num_rows <= limit else None

@@ -1,0 +1,149 @@
+"""Host mirrors of traces: an arrangement's updates as sorted integer arrays on the driver.
+
+A small step touches a few keys of arrangements that hold millions of updates; reading them
+through Spark costs jobs that scan every batch. A mirror holds the same updates as runs of
+arrays (numpy, or cupy on a GPU) sorted by (keys, values, time), merged geometrically by the
+trace's own Spine rule and compacted to the same `since`, so a lookup is a few binary
+searches per run (executor/host.py). The trace stays the durable, distributed state: it
+receives the host's updates when Spark next reads it (Trace.batches).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import reduce
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame
+
+from gpu_kernels import consolidate, group_starts, neighbours, sort_by
+from gpu_kernels.backend import to_numpy
+
+from .spine import Spine
+from .time import DIFF, TIME
+
+
+@dataclass(frozen=True)
+class Run:
+    """Updates sorted by (columns, time), consolidated: `cols` follow Mirror.columns."""
+
+    cols: tuple
+    t: object
+    d: object
+
+    @property
+    def size(self) -> int:
+        return int(self.t.shape[0])
+
+
+def run_of(xp, cols, t, d, since: int | None = None) -> Run:
+    """The consolidated, sorted run of updates; times below `since` advance to it."""
+    if since is not None:
+        t = xp.maximum(t, xp.asarray(since, dtype=t.dtype))
+    keys, d = consolidate(xp, [*cols, t], d)
+    return Run(tuple(keys[:-1]), keys[-1], d)
+
+
+class Mirror:
+    """A trace's updates on the host: `columns` are its record columns, keys first."""
+
+    def __init__(self, xp, columns: list[str], nkeys: int, spine: Spine | None = None):
+        self.xp, self.columns, self.nkeys = xp, list(columns), nkeys
+        self.spine = spine if spine is not None else Spine(slack=4, combine=self._concat)
+
+    @classmethod
+    def of(cls, xp, frames: list[DataFrame], columns: list[str], nkeys: int) -> "Mirror":
+        """The mirror of a trace's batches, read in one Spark job."""
+        mirror = cls(xp, columns, nkeys)
+        if not frames:
+            return mirror
+        table = reduce(DataFrame.union, frames).select(*columns, TIME, DIFF).toArrow()
+        if any(c.null_count for c in table.columns):
+            raise ValueError("a mirror holds no nulls")
+        arrays = [xp.asarray(table.column(i).to_numpy().astype(np.int64))
+                  for i in range(table.num_columns)]
+        run = run_of(xp, arrays[:-2], arrays[-2], arrays[-1])
+        mirror.spine = mirror.spine.appended(run, run.size) if run.size else mirror.spine
+        return mirror
+
+    @property
+    def size(self) -> int:
+        return sum(s for s, _ in self.spine.batches)
+
+    def appended(self, run: Run, since: int) -> "Mirror":
+        """A new mirror with `run` added; merges advance times below `since`."""
+        if not run.size:
+            return self
+        xp = self.xp
+        spine = Spine(lambda r, _: self._compacted(r, since), 4, self._concat)
+        spine.batches = list(self.spine.batches)
+        return Mirror(xp, self.columns, self.nkeys, spine.appended(run, run.size))
+
+    def reading(self, run: Run) -> "Mirror":
+        """The mirror with `run` as one more run, unmerged: a step reads its own updates
+        apart from the older ones, which a merge may advance to the step's times."""
+        spine = Spine(slack=self.spine.slack, combine=self._concat)
+        spine.batches = self.spine.batches + ([(run.size, run)] if run.size else [])
+        return Mirror(self.xp, self.columns, self.nkeys, spine)
+
+    def _compacted(self, run: Run, since: int) -> tuple[Run, int]:
+        merged = run_of(self.xp, run.cols, run.t, run.d, since)
+        return merged, merged.size
+
+    def _concat(self, a: Run, b: Run) -> Run:
+        xp = self.xp
+        return Run(tuple(xp.concat([x, y]) for x, y in zip(a.cols, b.cols)),
+                   xp.concat([a.t, b.t]), xp.concat([a.d, b.d]))
+
+    def rows(self, asked: list) -> Run:
+        """Every update whose key columns equal one of the asked key tuples (`asked`: one
+        array per key column; repeats allowed); all updates for a mirror without keys."""
+        xp = self.xp
+        runs = [r for _, r in self.spine.batches]
+        if self.nkeys == 0 or not runs:
+            return self._concat_all(runs)
+        if asked[0].shape[0] == 0:
+            return self._concat_all([])
+        first = xp.unique_values(asked[0])
+        parts = []
+        for run in runs:
+            lo = xp.searchsorted(run.cols[0], first, side="left")
+            hi = xp.searchsorted(run.cols[0], first, side="right")
+            _, rows = neighbours(xp, xp.arange(run.size, dtype=xp.int64), lo, hi)
+            if self.nkeys > 1:
+                cand = [xp.take(c, rows) for c in run.cols[:self.nkeys]]
+                rows = xp.take(rows, xp.nonzero(member(xp, cand, asked))[0])
+            parts.append(Run(tuple(xp.take(c, rows) for c in run.cols), xp.take(run.t, rows),
+                             xp.take(run.d, rows)))
+        return self._concat_all(parts)
+
+    def _concat_all(self, runs: list[Run]) -> Run:
+        if not runs:
+            xp = self.xp
+            empty = xp.zeros(0, dtype=xp.int64)
+            return Run(tuple(empty for _ in self.columns), empty, empty)
+        return reduce(self._concat, runs)
+
+    def table(self) -> pa.Table:
+        """Every update held, as Arrow (for tests and diagnostics)."""
+        run = self._concat_all([r for _, r in self.spine.batches])
+        names = [*self.columns, TIME, DIFF]
+        return pa.table({n: to_numpy(self.xp, a) for n, a in zip(names, (*run.cols, run.t, run.d))})
+
+
+def member(xp, cols: list, among: list):
+    """Whether each row of `cols` equals some row of `among` (same number of columns)."""
+    n = cols[0].shape[0]
+    if n == 0:
+        return xp.zeros(0, dtype=xp.bool)
+    both = [xp.concat([a, b]) for a, b in zip(cols, among)]
+    total = both[0].shape[0]
+    perm = sort_by(xp, both)
+    starts = group_starts(xp, [xp.take(c, perm) for c in both])
+    group = xp.searchsorted(starts, xp.arange(total, dtype=xp.int64), side="right") - 1
+    # per group of equal rows: how many come from `among` (their positions are >= n)
+    flags = xp.cumulative_sum(xp.astype(perm >= n, xp.int64), include_initial=True)
+    ends = xp.concat([starts[1:], xp.asarray([total], dtype=xp.int64)])
+    hits = xp.take(flags, ends) - xp.take(flags, starts)
+    found = xp.take(xp.take(hits > 0, group), xp.argsort(perm))
+    return found[:n]

@@ -1,0 +1,209 @@
+"""Small steps on the driver (executor/host.py) against Spark and the reference interpreter:
+every hosted operator on random update streams with retractions over several steps, steps
+that switch between the two paths, input errors, and host mirrors against brute force."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import host, i64, outputs_rows, run_against_reference, updates_df
+from executor import Runner
+from executor.errors import InputError
+from plans import Dataflow
+from plans.semantics import consolidate
+
+G, W = "src BIGINT, dst BIGINT", "node BIGINT, v BIGINT"
+HORIZON = 6
+SPARK_ONLY = {"diffspark.host.step_rows": "0"}
+
+
+def hosted_flow() -> Dataflow:
+    """Every operator with a host form: linear chains, concat, consolidate, arrangements,
+    distinct, keyed and global counts, queries with constants, comparisons and a derived
+    relation."""
+    flow = Dataflow()
+    g = flow.input("g", G)
+    w = flow.input("w", W)
+    u = (g.map("least(src, dst) AS src", "greatest(src, dst) AS dst").filter("src <> dst")
+         .distinct())
+    flow.output("u", u)
+    flow.output("degree", g.count(by=["src"]))
+    flow.output("edges", g.count())
+    flow.output("by_dst", g.arrange_by_key("dst"))
+    flow.output("tri", flow.query("tri(x, y, z) :- u(x, y), u(y, z), u(x, z)", u=u).count())
+    flow.output("paths", flow.query("p(x, z) :- g(x, y), g(y, z), h(z, 2), x < z", h=w))
+    flow.output("both", g.map("src AS node", "dst AS v").concat(w).consolidate())
+    return flow
+
+
+node = st.integers(0, 3)
+edge = st.tuples(st.tuples(node, node), st.integers(0, HORIZON - 1),
+                 st.sampled_from([-1, 1, 1, 2]))
+weight = st.tuples(st.tuples(node, st.integers(0, 3)), st.integers(0, HORIZON - 1),
+                   st.sampled_from([-1, 1, 2]))
+cuts = st.sets(st.integers(1, HORIZON - 1), min_size=1, max_size=3).map(
+    lambda s: sorted(s) + [HORIZON])
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@given(edges=st.lists(edge, max_size=16), weights=st.lists(weight, max_size=8), cuts=cuts)
+@pytest.mark.parametrize("path", [{}, pytest.param(SPARK_ONLY, marks=pytest.mark.slow)],
+                         ids=["host", "spark"])
+def test_hosted_operators_match_reference(spark, conf, path, edges, weights, cuts):
+    run_against_reference(spark, conf | path, hosted_flow(), {"g": (G, edges), "w": (W, weights)},
+                          cuts)
+
+
+def _edges(t: int, pairs, diff=1):
+    return [((a, b), t, diff) for a, b in pairs]
+
+
+def test_steps_switch_between_host_and_spark(spark, conf):
+    """Big steps run on Spark, small ones on the host (mirrors built from the traces, and
+    the host's updates arranged into Spark batches when Spark next reads them): every
+    step's outputs, and the state kept, equal a runner that only uses Spark."""
+    flow = hosted_flow()
+    small = conf | {"diffspark.host.step_rows": "6"}
+    ours, theirs = (Runner(flow, conf=c, spark=spark) for c in (small, conf | SPARK_ONLY))
+    full = [(a, b) for a in range(5) for b in range(5) if a != b]
+    steps = [_edges(0, full), _edges(1, [(0, 1), (2, 3)], -1), _edges(2, [(0, 1), (4, 0)]),
+             _edges(3, full[:8], -1), _edges(4, [(1, 2)], -1), _edges(5, [(2, 1), (3, 3)])]
+    weights = {0: [((n, 2), 0, 1) for n in range(5)], 4: [((3, 2), 4, -1)]}
+    on_host = []
+    for t, ups in enumerate(steps):
+        feed = {"g": updates_df(spark, G, ups), "w": updates_df(spark, W, weights.get(t, []))}
+        on_host.append(ours.step(feed, upto=t + 1).host)
+        assert not theirs.step(feed, upto=t + 1).host
+        assert outputs_rows(ours, list(flow.outputs)) == outputs_rows(theirs, list(flow.outputs))
+    assert on_host == [False, True, True, False, True, True]
+    assert _traces(ours) == _traces(theirs)
+
+
+def _traces(runner) -> dict:
+    """Each trace's updates, times advanced to its since and consolidated: what it holds,
+    whatever its batches."""
+    from executor.trace import Trace
+
+    out = {}
+    for node, trace in runner._state.items():
+        if isinstance(trace, Trace):
+            rows = [tuple(r) for b in trace.batches for r in b.collect()]
+            out[node.label()] = consolidate([(r[:-2], max(r[-2], trace.since), r[-1])
+                                             for r in rows])
+    return out
+
+
+def test_local_rows_of_every_kind(spark, conf):
+    """A pyarrow Table, an Arrow-backed frame and a Python list frame all step on the
+    host (the list costs one job to fetch its rows); a file scan steps on Spark."""
+    flow = Dataflow()
+    flow.output("c", flow.input("g", G).count(by=["src"]))
+    runner = Runner(flow, conf=conf, spark=spark)
+    table = pa.table({"src": [1, 1], "dst": [2, 3], "time": [0, 0], "diff": [1, 1]})
+    assert runner.step({"g": table}, upto=1).host
+    assert runner.step({"g": updates_df(spark, G, [((1, 4), 1, 1)])}, upto=2).host
+    listed = spark.createDataFrame([(2, 5, 2, 1)], f"{G}, time BIGINT, diff BIGINT")
+    assert runner.step({"g": listed}, upto=3).host
+    assert not runner.step({"g": spark.range(1).selectExpr(
+        "1L AS src", "9L AS dst", "3L AS time", "-1L AS diff")}, upto=4).host
+    assert outputs_rows(runner, ["c"])["c"] == consolidate(
+        [((1, 2), 0, 1), ((1, 2), 1, -1), ((1, 3), 1, 1), ((2, 1), 2, 1), ((1, 3), 3, -1),
+         ((1, 2), 3, 1)])
+
+
+@pytest.mark.parametrize("bad, column, rule", [
+    ({"src": ["1", "x"]}, "src", "value is not a BIGINT"),
+    ({"time": [0, None]}, "time", "null time"),
+    ({"time": [0, 5]}, "time", "time outside the step's interval"),
+])
+def test_input_errors_on_the_host_match_spark(spark, conf, bad, column, rule):
+    """The host checks the same rules with the same words, and a refused step changes
+    nothing."""
+    flow = Dataflow()
+    flow.output("c", flow.input("g", G).count())
+    table = pa.table({"src": [1, 1], "dst": [2, 3], "time": [0, 0], "diff": [1, 1]} | bad)
+    messages = []
+    for path in ({}, SPARK_ONLY):
+        runner = Runner(flow, conf=conf | path, spark=spark)
+        with pytest.raises(InputError) as e:
+            runner.step({"g": table}, upto=1)
+        assert column in str(e.value) and rule in str(e.value)
+        messages.append(str(e.value))
+        good = runner.step({"g": pa.table({"src": [1], "dst": [2], "time": [0], "diff": [1]})},
+                           upto=1)
+        assert good.host == (path == {}) and runner.frontier == 1
+        assert outputs_rows(runner, ["c"])["c"] == [((1,), 0, 1)]
+    assert messages[0] == messages[1]
+
+
+def test_durable_and_unhosted_plans_step_on_spark(spark, conf, tmp_path):
+    flow = Dataflow()
+    flow.output("c", flow.input("g", G).count())
+    table = pa.table({"src": [1], "dst": [2], "time": [0], "diff": [1]})
+    durable = Runner(flow, conf=conf, spark=spark, state=str(tmp_path / "state"))
+    assert not durable.step({"g": table}, upto=1).host
+    durable.release_state()
+    joined = Dataflow()
+    g = joined.input("g", G)
+    joined.output("j", g.join(g.map("src AS dst", "dst AS far"), on=["dst"]))
+    assert not Runner(joined, conf=conf, spark=spark).step({"g": table}, upto=1).host
+
+
+# --------------------------------------------------------------------------- mirrors
+runs = st.lists(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 3), st.integers(0, 5),
+                                   st.sampled_from([-2, -1, 1, 1, 3])), max_size=12),
+                min_size=1, max_size=7)
+
+
+@settings(max_examples=25, deadline=None)
+@given(batches=runs, asked=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 4)),
+                                    max_size=6), nkeys=st.sampled_from([0, 1, 2]))
+def test_mirror_rows_equal_brute_force(xp, batches, asked, nkeys):
+    """Runs appended (merged geometrically, times advanced to `since`): every update under
+    the asked keys, as brute force over the same updates finds them."""
+    from executor.mirror import Mirror, run_of
+
+    mirror, held, since = Mirror(xp, ["a", "b"], nkeys), [], -1
+    for i, batch in enumerate(batches):
+        since = max(since, i - 2)
+        cols = [i64(xp, [r[j] for r in batch]) for j in range(4)]
+        mirror = mirror.appended(run_of(xp, cols[:2], cols[2], cols[3]), since)
+        held += batch
+    got = mirror.rows([i64(xp, [k[j] for k in asked]) for j in range(nkeys)])
+    rows = zip(*(host(xp, c) for c in (*got.cols, got.t, got.d)))
+    wanted = {k[:nkeys] for k in asked} if nkeys else None
+
+    def advanced(rs):  # times below the final since are only known up to it
+        return consolidate([((a, b), max(t, since), d) for a, b, t, d in rs])
+
+    assert advanced(rows) == advanced(r for r in held if wanted is None or r[:nkeys] in wanted)
+
+
+def test_member(xp):
+    from executor.mirror import member
+
+    cols = [i64(xp, [1, 2, 2, 3, 1]), i64(xp, [5, 5, 6, 5, 5])]
+    among = [i64(xp, [2, 1, 9]), i64(xp, [6, 5, 9])]
+    assert host(xp, member(xp, cols, among)) == [True, False, True, False, True]
+
+
+def test_host_updates_reach_spark_in_bounded_batches(spark, conf, monkeypatch):
+    """Host steps leave their updates for Spark; once they outnumber both SYNC_ROWS and the
+    trace, they are arranged in (compacted), so a runner that never reads Spark stays small."""
+    from executor import trace as traces
+
+    monkeypatch.setattr(traces, "SYNC_ROWS", 4)
+    flow = Dataflow()
+    flow.output("c", flow.input("g", G).count(by=["src"]))
+    runner = Runner(flow, conf=conf, spark=spark)
+    for t in range(8):
+        table = pa.table({"src": [t % 2, 2, 3], "dst": [t, t, t], "time": [t] * 3,
+                          "diff": [1, 1, -1]})
+        assert runner.step({"g": table}, upto=t + 1).host
+        (kept,) = [s for s in runner._state.values() if isinstance(s, traces.Trace)]
+        held = sum(u.num_rows for u in kept.unsynced)
+        assert held <= max(4, sum(s for s, _ in kept.spine.batches)), (t, held)
+    final = {r["src"]: r["count"] for r in runner.snapshot("c", 7).collect()}
+    assert final == {0: 4, 1: 4, 2: 8, 3: -8}

@@ -107,7 +107,7 @@ def _seed(xp, rule: cq.DeltaRule, columns, t, d) -> _Prefixes:
 def _validated(xp, rule: cq.DeltaRule, p: _Prefixes, got: dict) -> _Prefixes:
     for val in rule.validators:
         req = _validator_request(val)
-        rows, prefix = _codes(xp, got[req][0], [p.vars[v] for _, v in val.columns],
+        rows, prefix = codes(xp, got[req][0], [p.vars[v] for _, v in val.columns],
                               got[req][2].shape[0], p.t.shape[0])
         zero = xp.zeros_like(rows)
         index = build_timed_index(xp, rows, zero, got[req][2], got[req][3])
@@ -122,7 +122,7 @@ def _extended(xp, step: cq.Extension, p: _Prefixes, got: dict, chunk_rows: int) 
     indices, keys = [], []
     for e in step.extenders:
         key_cols, value, t, d = got[_request(e)]
-        rows, prefix = _codes(xp, key_cols, [p.vars[v] for _, v in e.key], t.shape[0],
+        rows, prefix = codes(xp, key_cols, [p.vars[v] for _, v in e.key], t.shape[0],
                               p.t.shape[0])
         indices.append(build_timed_index(xp, rows, value, t, d))
         keys.append(prefix)
@@ -174,7 +174,7 @@ def _consolidated(xp, p: _Prefixes) -> _Prefixes:
     return _Prefixes(dict(zip(names, keys[:-1])), keys[-1], d)
 
 
-def _codes(xp, a_cols: list, b_cols: list, na: int, nb: int):
+def codes(xp, a_cols: list, b_cols: list, na: int, nb: int):
     """One int64 code per row of two tables (na and nb rows) of key columns, equal iff the
     rows are equal: the column itself for one, a dense rank of the rows for several, 0 for
     none (an atom whose only variable is the one bound)."""

@@ -4,13 +4,13 @@ Each Spark job costs 0.1-1 s whatever its size, so a step of a thousand updates 
 dozen operators costs seconds on Spark. When a step's updates are few and given as local
 rows (createDataFrame), and every operator of the plan has a host form, the runner runs the
 step here: inputs are checked by a projection that Catalyst folds into the local rows (no
-job), linear operators stay Spark expressions folded the same way, and arrangements,
+job), linear operators stay Spark expressions folded the same way, and arrangements, joins,
 `distinct`, `count` and conjunctive queries run on array kernels (numpy, or cupy) against
 host mirrors of the traces (executor/mirror.py). Outputs come back as local DataFrames.
 
 Spark stays the reference and the state: traces receive the host's updates when Spark next
 reads them. A step runs on Spark instead when it is big, when the plan holds another
-operator (join, iterate, other reductions, imports), when updates wait for later times,
+operator (iterate, other reductions, imports), when updates wait for later times,
 under durable state, or when a column is not an integer or holds a null (`Unsupported`,
 raised before anything is committed). Tests run every operator both ways.
 """
@@ -25,11 +25,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
-from gpu_kernels import consolidate, group_starts, namespace, to_numpy
+from gpu_kernels import (consolidate, group_starts, multiply_diffs, namespace, neighbours,
+                         to_numpy)
 from plans import ir
 from plans import query as cq
 
-from . import delta_rules, linear
+from . import delta_rules, join, linear
 from .config import host_mirror_rows, host_step_rows
 from .mirror import Mirror, run_of
 from .time import DIFF, TIME
@@ -37,7 +38,7 @@ from .trace import Trace
 from .updates import normalise
 
 _INTEGRAL = ("byte", "short", "integer", "long")
-_HOSTED = (ir.Input, ir.Linear, ir.Concat, ir.Consolidate, ir.Arrange, ir.Query)
+_HOSTED = (ir.Input, ir.Linear, ir.Concat, ir.Consolidate, ir.Arrange, ir.Join, ir.Query)
 
 
 class Unsupported(Exception):
@@ -158,6 +159,8 @@ class HostStep:
             return self._arrange(node)
         if isinstance(node, ir.Reduce):
             return self._reduce(node)
+        if isinstance(node, ir.Join):
+            return self._join(node)
         if isinstance(node, ir.Query):
             return self._query(node)
         raise Unsupported(node.label())
@@ -257,6 +260,40 @@ class HostStep:
         keys, _ = consolidate(self.xp, cols, self.xp.ones_like(cols[0]))
         return keys
 
+    # ------------------------------------------------------------------ joins
+    def _join(self, node: ir.Join) -> Changes:
+        """dA x (B_old + dB) + A_old x dB, as executor/join.py: each term looks one side's
+        batch keys up in the other side's mirror."""
+        for side in (node.left, node.right):
+            self.value(side)
+        left, right = self.views[node.left], self.views[node.right]
+        lrec, rrec = left.batch.names, right.batch.names
+        out = join.output_columns(node, lrec, rrec)
+        on = list(node.on)
+        fields = {f.name: f for f in right.batch.schema.fields[:-2]}
+        fields |= {f.name: f for f in left.batch.schema.fields[:-2]}
+        parts = [self._pairs(on, _rows(left.batch), _found(right.read, left.batch, on), lrec, out),
+                 self._pairs(on, _found(left.old, right.batch, on), _rows(right.batch), lrec,
+                             out)]
+        schema = _updates_schema([fields[c] for c in out])
+        return self._concat([Changes(schema, *p) for p in parts])
+
+    def _pairs(self, on: list[str], a: tuple, b: tuple, lrec: list[str], out: list[str]):
+        """(columns, time, diff) of every pair of a's and b's updates with equal keys:
+        columns from a where a has them, times joined, diffs multiplied."""
+        xp = self.xp
+        (acols, at, ad), (bcols, bt, bd) = a, b
+        acode, bcode = delta_rules.codes(xp, [acols[k] for k in on], [bcols[k] for k in on],
+                                         at.shape[0], bt.shape[0])
+        order = xp.argsort(bcode)
+        ordered = xp.take(bcode, order)
+        lo = xp.searchsorted(ordered, acode, side="left")
+        hi = xp.searchsorted(ordered, acode, side="right")
+        i, j = neighbours(xp, order, lo, hi)
+        cols = [xp.take(acols[c], i) if c in lrec else xp.take(bcols[c], j) for c in out]
+        t = xp.maximum(xp.take(at, i), xp.take(bt, j))
+        return cols, t, multiply_diffs(xp, xp.take(ad, i), xp.take(bd, j))
+
     # ------------------------------------------------------------------ queries
     def _query(self, node: ir.Query) -> Changes:
         """The query's delta rules (executor/delta_rules.py) over the step's seeds, looking
@@ -300,6 +337,17 @@ class HostStep:
     def outputs(self) -> dict[str, Changes]:
         return {name: self._consolidated(self.changes(node))
                 for name, node in self.runner.plan.items()}
+
+
+def _rows(c: Changes) -> tuple:
+    """A batch as ({column: array}, time, diff)."""
+    return dict(zip(c.names, c.cols)), c.t, c.d
+
+
+def _found(mirror: Mirror, batch: Changes, on: list[str]) -> tuple:
+    """The mirror's updates under the batch's keys, as ({column: array}, time, diff)."""
+    run = mirror.rows([batch.col(k) for k in on])
+    return dict(zip(mirror.columns, run.cols)), run.t, run.d
 
 
 def _segment_running_sum(xp, keys: list, m):

@@ -21,9 +21,9 @@ from .time import DIFF
 from .trace import View
 
 
-def output_columns(node: ir.Join, left: DataFrame, right: DataFrame, time_cols) -> list[str]:
-    """on columns, the left's others, the right's others (or the left's own order)."""
-    lrec, rrec = record_columns(left, time_cols), record_columns(right, time_cols)
+def output_columns(node: ir.Join, lrec: list[str], rrec: list[str]) -> list[str]:
+    """on columns, the left's others, the right's others (or the left's own order), from
+    the two sides' record columns."""
     for side, recs in (("left", lrec), ("right", rrec)):
         missing = [k for k in node.on if k not in recs]
         if missing:
@@ -52,7 +52,8 @@ def pair(node: ir.Join, a: DataFrame, b: DataFrame, time_cols, out_cols) -> Data
 
 def delta(node: ir.Join, left: View, right: View, time_cols, empty_left, empty_right):
     """dA x (B_old + dB) + A_old x dB."""
-    out_cols = output_columns(node, empty_left, empty_right, time_cols)
+    out_cols = output_columns(node, record_columns(empty_left, time_cols),
+                              record_columns(empty_right, time_cols))
     terms = [(a, b) for a in left.delta for b in right.all()]
     terms += [(a, b) for a in left.old for b in right.delta]
     frames = [pair(node, a, b, time_cols, out_cols) for a, b in terms]

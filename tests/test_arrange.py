@@ -96,7 +96,7 @@ def test_arranged_join_has_no_exchange_and_no_sort(spark):
     b, _ = arrange(updates_df(spark, "k BIGINT, y BIGINT", [((i % 5, i), i % 4, 1)
                                                             for i in range(50)]), ["k"], ["time"], 2)
     j = ir.Join(ir.Input("a", "k BIGINT"), ir.Input("b", "k BIGINT"), ("k",))
-    df = join.pair(j, a, b, ["time"], join.output_columns(j, a, b, ["time"]))
+    df = join.pair(j, a, b, ["time"], join.output_columns(j, ["k", "x"], ["k", "y"]))
     plan = df._jdf.queryExecution().executedPlan().toString()
     assert "SortMergeJoin" in plan
     assert "Exchange" not in plan and "Sort [" not in plan, plan

@@ -21,8 +21,8 @@ SPARK_ONLY = {"diffspark.host.step_rows": "0"}
 
 def hosted_flow() -> Dataflow:
     """Every operator with a host form: linear chains, concat, consolidate, arrangements,
-    distinct, keyed and global counts, queries with constants, comparisons and a derived
-    relation."""
+    joins (semijoin, antijoin), distinct, keyed and global counts, queries with constants,
+    comparisons and a derived relation."""
     flow = Dataflow()
     g = flow.input("g", G)
     w = flow.input("w", W)
@@ -35,6 +35,9 @@ def hosted_flow() -> Dataflow:
     flow.output("tri", flow.query("tri(x, y, z) :- u(x, y), u(y, z), u(x, z)", u=u).count())
     flow.output("paths", flow.query("p(x, z) :- g(x, y), g(y, z), h(z, 2), x < z", h=w))
     flow.output("both", g.map("src AS node", "dst AS v").concat(w).consolidate())
+    flow.output("joined", g.join(w.map("node AS dst", "v"), on=["dst"]))
+    flow.output("kept", g.semijoin(w.map("node AS src"), on=["src"]))
+    flow.output("dropped", g.antijoin(w.map("node AS dst"), on=["dst"]).count(by=["src"]))
     return flow
 
 
@@ -145,10 +148,9 @@ def test_durable_and_unhosted_plans_step_on_spark(spark, conf, tmp_path):
     durable = Runner(flow, conf=conf, spark=spark, state=str(tmp_path / "state"))
     assert not durable.step({"g": table}, upto=1).host
     durable.release_state()
-    joined = Dataflow()
-    g = joined.input("g", G)
-    joined.output("j", g.join(g.map("src AS dst", "dst AS far"), on=["dst"]))
-    assert not Runner(joined, conf=conf, spark=spark).step({"g": table}, upto=1).host
+    smallest = Dataflow()
+    smallest.output("m", smallest.input("g", G).min("dst", by=["src"]))
+    assert not Runner(smallest, conf=conf, spark=spark).step({"g": table}, upto=1).host
 
 
 # --------------------------------------------------------------------------- mirrors

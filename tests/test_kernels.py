@@ -232,10 +232,18 @@ def test_consolidate_matches_dict_oracle(xp, rows):
     assert [k.dtype for k in keys_out] == dtypes and diff_out.dtype == xp.int64
 
 
-@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), max_size=20))
+small = st.integers(-3, 3)
+huge = st.sampled_from([-(2**63), -(2**40), 0, 2**40, 2**63 - 1])
+
+
+@given(st.lists(st.tuples(small, small, st.one_of(small, huge)), max_size=20))
 def test_sort_by_is_stable_lexicographic(xp, rows):
-    keys = [i64(xp, [r[0] for r in rows]), i64(xp, [r[1] for r in rows])]
+    """Packed into one key when the ranges allow (small values), lexicographic passes when
+    they do not (a huge value in the last column): the same stable order."""
+    keys = [i64(xp, [r[j] for r in rows]) for j in range(3)]
     assert host(xp, gk.sort_by(xp, keys)) == sorted(range(len(rows)), key=lambda i: rows[i])
+    assert host(xp, gk.sort_by(xp, keys[:2])) == sorted(range(len(rows)),
+                                                         key=lambda i: rows[i][:2])
 
 
 def test_consolidate_refuses_overflowing_sum(xp):

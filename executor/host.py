@@ -2,7 +2,7 @@
 
 Each Spark job costs 0.1-1 s whatever its size, so a step of a thousand updates through a
 dozen operators costs seconds on Spark. When a step's updates are few and given as local
-rows (createDataFrame), and every operator of the plan has a host form, the runner runs the
+rows (a pyarrow Table, createDataFrame), and every operator of the plan has a host form, the runner runs the
 step here: inputs are checked by a projection that Catalyst folds into the local rows (no
 job), linear operators stay Spark expressions folded the same way, and arrangements, joins,
 `distinct`, `count` and conjunctive queries run on array kernels (numpy, or cupy) against
@@ -181,11 +181,12 @@ class HostStep:
         on the trace (in place: it is the same collection)."""
         if trace.mirror is None:
             records = sum(s for s, _ in trace.synced().spine.batches)
-            if records > host_mirror_rows(self.runner.conf):
-                raise Unsupported(f"{node.label()} holds {records} records")
+            if records > host_mirror_rows(self.runner.conf) or not trace.mirrorable:
+                raise Unsupported(f"{node.label()}: no mirror of {records} records")
             try:
                 trace.mirror = Mirror.of(self.xp, trace.batches, columns, nkeys)
-            except ValueError as e:
+            except ValueError as e:  # a null: this trace is never mirrored
+                trace.mirrorable = False
                 raise Unsupported(str(e)) from None
         return trace.mirror
 

@@ -60,6 +60,7 @@ class Trace:
     holds: dict = field(default_factory=dict)  # reader handle id -> its since
     mirror: Optional[Mirror] = None
     unsynced: tuple = ()
+    mirrorable: bool = True  # False once it held what a mirror cannot (a null): for good
 
     def __post_init__(self):
         if self.spine is None:
@@ -100,7 +101,7 @@ class Trace:
         spine = self.synced()._spine(since)
         return Trace(self.keys, self.time_cols, self.partitions,
                      spine.appended(batch, size) if size else spine,
-                     max(self.since, since), upper, self.holds)
+                     max(self.since, since), upper, self.holds, mirrorable=self.mirrorable)
 
     def host_appended(self, mirror: Mirror, table: pa.Table, upper: int, since: int) -> "Trace":
         """A new trace with a host step's updates: `mirror` already holds them, `table` is

@@ -209,3 +209,20 @@ def test_host_updates_reach_spark_in_bounded_batches(spark, conf, monkeypatch):
         assert held <= max(4, sum(s for s, _ in kept.spine.batches)), (t, held)
     final = {r["src"]: r["count"] for r in runner.snapshot("c", 7).collect()}
     assert final == {0: 4, 1: 4, 2: 8, 3: -8}
+
+
+def test_nulls_in_a_trace_keep_its_steps_on_spark(spark, conf):
+    """An arrangement that held a null (loaded by a Spark step) is never mirrored (asked
+    once): later small steps run on Spark and agree with a Spark-only runner."""
+    flow = Dataflow()
+    flow.output("c", flow.input("g", G).count(by=["src"]))
+    ours = Runner(flow, conf=conf | {"diffspark.host.step_rows": "2"}, spark=spark)
+    theirs = Runner(flow, conf=conf | SPARK_ONLY, spark=spark)
+    load = updates_df(spark, G, [((None, 1), 0, 1), ((1, 2), 0, 1), ((1, 3), 0, 1)])
+    for t, feed in enumerate([load, updates_df(spark, G, [((1, 4), 1, 1)]),
+                              updates_df(spark, G, [((None, 5), 2, -1)])]):
+        assert not ours.step({"g": feed}, upto=t + 1).host
+        theirs.step({"g": feed}, upto=t + 1)
+        assert outputs_rows(ours, ["c"]) == outputs_rows(theirs, ["c"])
+    (kept,) = [s for s in ours._state.values() if hasattr(s, "mirrorable")]
+    assert not kept.mirrorable

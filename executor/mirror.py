@@ -13,11 +13,9 @@ from dataclasses import dataclass
 from functools import reduce
 
 import numpy as np
-import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from gpu_kernels import consolidate, group_starts, neighbours, sort_by
-from gpu_kernels.backend import to_numpy
 
 from .spine import Spine
 from .time import DIFF, TIME
@@ -65,10 +63,6 @@ class Mirror:
         run = run_of(xp, arrays[:-2], arrays[-2], arrays[-1])
         mirror.spine = mirror.spine.appended(run, run.size) if run.size else mirror.spine
         return mirror
-
-    @property
-    def size(self) -> int:
-        return sum(s for s, _ in self.spine.batches)
 
     def appended(self, run: Run, since: int) -> "Mirror":
         """A new mirror with `run` added; merges advance times below `since`."""
@@ -123,12 +117,6 @@ class Mirror:
             empty = xp.zeros(0, dtype=xp.int64)
             return Run(tuple(empty for _ in self.columns), empty, empty)
         return reduce(self._concat, runs)
-
-    def table(self) -> pa.Table:
-        """Every update held, as Arrow (for tests and diagnostics)."""
-        run = self._concat_all([r for _, r in self.spine.batches])
-        names = [*self.columns, TIME, DIFF]
-        return pa.table({n: to_numpy(self.xp, a) for n, a in zip(names, (*run.cols, run.t, run.d))})
 
 
 def member(xp, cols: list, among: list):

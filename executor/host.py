@@ -221,7 +221,7 @@ class HostStep:
         keys = list(arranged.keys) if arranged.keys is not None else batch.names
         fields = {f.name: f for f in batch.schema.fields}
         key_cols = [batch.col(k) for k in keys]
-        held = old.rows(self._distinct_rows(key_cols)) if keys else old.rows([])
+        held = old.rows(key_cols)
         held_keys = [held.cols[old.columns.index(k)] for k in keys]
         base = xp.full_like(held.t, self.lower - 1)
         rows, m = consolidate(xp, [xp.concat([a, b]) for a, b in zip(key_cols, held_keys)]
@@ -256,10 +256,6 @@ class HostStep:
             self.commits[arranged] = view.trace.host_appended(old.appended(totals, since), table,
                                                               self.upto, since)
         return out
-
-    def _distinct_rows(self, cols: list) -> list:
-        keys, _ = consolidate(self.xp, cols, self.xp.ones_like(cols[0]))
-        return keys
 
     # ------------------------------------------------------------------ joins
     def _join(self, node: ir.Join) -> Changes:

@@ -43,6 +43,9 @@ def parse_args(argv):
                    help="edges for the delta-query vs naive plan comparison (0: skip)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--skip", default="", help="comma-separated rows to skip")
+    p.add_argument("--incremental-conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="profile overrides for the incremental run's own session only "
+                        "(repeatable), e.g. spark.driver.memory=1500m")
     return p.parse_args(argv)
 
 
@@ -180,33 +183,47 @@ def _kuzu(src, dst, folder, load):
     return count
 
 
-def run_incremental(spark, conf, args) -> dict:
-    """diffspark's dataflow vs DuckDB's delta SQL vs a kernel recount, per batch."""
-    import duckdb
-    import pyarrow as pa
-
-    from executor import triangles
-    from executor.runner import Runner
-
+def run_incremental(args) -> dict:
+    """diffspark's dataflow vs DuckDB's delta SQL vs a kernel recount, per batch. Each side
+    runs in a process of its own (diffspark with its own Spark session), one after the other,
+    so a peak memory is one system's alone and no run slows another."""
     src, dst = rmat_edges(args.rows, args.seed)
+    batches = change_batches(src, dst, args)
+    peers = isolated(_peers_run, src, dst, batches)
+    ours = isolated(_diffspark_run, args.profile, args.conf + args.incremental_conf,
+                    src, dst, batches)
+    rows = []
+    before = peers["before"]
+    for t, (mine, theirs) in enumerate(zip(ours["batches"], peers["batches"]), start=1):
+        recount = theirs["recount"]
+        rows.append({"time": t, "diffspark_s": mine["seconds"],
+                     "duckdb_delta_s": theirs["duckdb_delta_s"],
+                     "kernel_recount_s": theirs["kernel_recount_s"],
+                     "triangles": mine["triangles"], "duckdb_change": theirs["duckdb_change"],
+                     "recount": recount, "correct": mine["triangles"] == recount,
+                     "duckdb_correct": None if theirs["duckdb_change"] is None else
+                     before + theirs["duckdb_change"] == recount})
+        before = recount
+    med = lambda k: float(np.median([b[k] for b in rows]))  # noqa: E731
+    p90 = lambda k: float(np.percentile([b[k] for b in rows], 90))  # noqa: E731
+    keys = [k for k in ("diffspark_s", "duckdb_delta_s", "kernel_recount_s")
+            if all(b[k] is not None for b in rows)]
+    return {"edges": args.rows, "batch_size": args.batch_size, "load_s": ours["load_s"],
+            "conf": args.incremental_conf, "load_correct": ours["before"] == peers["before"],
+            "load_memory": ours["load_memory"], "batches_memory": ours["batches_memory"],
+            "peers_memory": peers["memory"], "state": ours["state"], "batches": rows,
+            "median": {k: round(med(k), 3) for k in keys},
+            "p90": {k: round(p90(k), 3) for k in keys}}
+
+
+def change_batches(src, dst, args) -> list[tuple[list, list]]:
+    """(deleted, inserted) oriented edges per batch: half of each batch deletes present
+    edges, half inserts new ones between random nodes (seeded)."""
     rng = np.random.default_rng(args.seed)
-    present = set(zip(src.tolist(), dst.tolist()))
+    present = {(min(a, b), max(a, b)) for a, b in zip(src.tolist(), dst.tolist()) if a != b}
     nodes = int(max(src.max(), dst.max())) + 1
-    runner = Runner(triangles.triangle_flow(), conf=conf, spark=spark)
-    with common.PeakMemory() as mem:
-        start = time.perf_counter()
-        load = pa.table({"src": src, "dst": dst, "time": np.zeros(len(src), np.int64),
-                         "diff": np.ones(len(src), np.int64)})
-        runner.step({triangles.NAME: spark.createDataFrame(load.to_pandas())}, upto=1)
-        load_s = time.perf_counter() - start
-    con = duckdb.connect()
-    con.register("init", pa.table({"src": src, "dst": dst}))
-    con.execute("CREATE TABLE e AS SELECT * FROM init")
-    batches = []
-    before = triangles.running_counts(triangles.count_changes(runner), [0])[0]
-    ours_before = before
-    run_mem = common.PeakMemory().__enter__()
-    for t in range(1, args.batches + 1):
+    out = []
+    for _ in range(args.batches):
         ordered = sorted(present)
         gone = [ordered[i] for i in rng.choice(len(ordered), args.batch_size // 2,
                                                replace=False)]
@@ -217,35 +234,84 @@ def run_incremental(spark, conf, args) -> dict:
                 new.add((x, y))
         present.difference_update(gone)
         present.update(new)
-        rows = [(x, y, t, -1) for x, y in gone] + [(x, y, t, 1) for x, y in sorted(new)]
-        started = time.perf_counter()
-        result = runner.step({triangles.NAME: triangles.change_table(rows)}, upto=t + 1)
-        ours = ours_before + triangles.count_change(result)
-        ours_s = time.perf_counter() - started
-        ours_before = ours
-        duck_s, duck = _duckdb_delta(con, gone, new)
-        arr = np.array(sorted(present), dtype=np.int64)
-        started = time.perf_counter()
-        recount = kernel_count(arr[:, 0], arr[:, 1])
-        recount_s = time.perf_counter() - started
-        batches.append({"time": t, "diffspark_s": round(ours_s, 3), "duckdb_delta_s":
-                        round(duck_s, 3), "kernel_recount_s": round(recount_s, 3),
-                        "triangles": ours, "duckdb_change": duck, "recount": recount,
-                        "correct": ours == recount, "duckdb_correct": before + duck == recount})
-        before = recount
-        print(f"  batch {t}: diffspark {ours_s:.2f} s, duckdb delta {duck_s:.2f} s, "
-              f"recount {recount_s:.2f} s -> {ours} ({'ok' if ours == recount else 'WRONG'})",
-              flush=True)
-    run_mem.__exit__(None, None, None)
-    med = lambda k: float(np.median([b[k] for b in batches]))  # noqa: E731
-    p90 = lambda k: float(np.percentile([b[k] for b in batches], 90))  # noqa: E731
-    return {"edges": args.rows, "batch_size": args.batch_size, "load_s": round(load_s, 3),
-            "load_memory": mem.as_dict(), "batches_memory": run_mem.as_dict(),
-            "state": _state(runner), "batches": batches,
-            "median": {k: round(med(k), 3) for k in ("diffspark_s", "duckdb_delta_s",
-                                                     "kernel_recount_s")},
-            "p90": {k: round(p90(k), 3) for k in ("diffspark_s", "duckdb_delta_s",
-                                                  "kernel_recount_s")}}
+        out.append((gone, sorted(new)))
+    return out
+
+
+def isolated(fn, *args):
+    """fn(*args) in a fresh Python process (spawned: nothing of this one is inherited)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
+
+
+def _diffspark_run(profile, overrides, src, dst, batches) -> dict:
+    """Load, then step each batch through the triangle dataflow, with its own session."""
+    import pyarrow as pa
+
+    from executor import triangles
+    from executor.runner import Runner
+
+    spark, conf = common.session(profile, overrides)
+    runner = Runner(triangles.triangle_flow(), conf=conf, spark=spark)
+    with common.PeakMemory() as load_mem:
+        start = time.perf_counter()
+        load = pa.table({"src": src, "dst": dst, "time": np.zeros(len(src), np.int64),
+                         "diff": np.ones(len(src), np.int64)})
+        runner.step({triangles.NAME: load}, upto=1)
+        load_s = time.perf_counter() - start
+        del load
+    count = before = triangles.running_counts(triangles.count_changes(runner), [0])[0]
+    out = []
+    with common.PeakMemory() as mem:
+        for t, (gone, new) in enumerate(batches, start=1):
+            rows = [(x, y, t, -1) for x, y in gone] + [(x, y, t, 1) for x, y in new]
+            started = time.perf_counter()
+            result = runner.step({triangles.NAME: triangles.change_table(rows)}, upto=t + 1)
+            count += triangles.count_change(result)
+            out.append({"seconds": round(time.perf_counter() - started, 3),
+                        "triangles": count, "host": result.host})
+            print(f"  batch {t}: diffspark {out[-1]['seconds']:.2f} s -> {count}", flush=True)
+    payload = {"load_s": round(load_s, 3), "before": before, "batches": out,
+               "load_memory": load_mem.as_dict(), "batches_memory": mem.as_dict(),
+               "state": _state(runner)}
+    spark.stop()
+    return payload
+
+
+def _peers_run(src, dst, batches) -> dict:
+    """DuckDB's delta SQL (where installed) and a kernel recount over the same batches."""
+    import pyarrow as pa
+
+    try:
+        import duckdb
+    except ImportError:
+        duckdb = None
+    present = {(min(a, b), max(a, b)) for a, b in zip(src.tolist(), dst.tolist()) if a != b}
+    with common.PeakMemory() as mem:
+        edges = np.array(sorted(present), dtype=np.int64)
+        if duckdb is not None:
+            con = duckdb.connect()
+            con.register("init", pa.table({"src": edges[:, 0], "dst": edges[:, 1]}))
+            con.execute("CREATE TABLE e AS SELECT * FROM init")
+        before = kernel_count(edges[:, 0], edges[:, 1])
+        out = []
+        for gone, new in batches:
+            duck_s, duck = _duckdb_delta(con, gone, new) if duckdb else (None, None)
+            present.difference_update(gone)
+            present.update(new)
+            arr = np.array(sorted(present), dtype=np.int64)
+            started = time.perf_counter()
+            recount = kernel_count(arr[:, 0], arr[:, 1])
+            out.append({"duckdb_delta_s": duck_s and round(duck_s, 3), "duckdb_change": duck,
+                        "kernel_recount_s": round(time.perf_counter() - started, 3),
+                        "recount": recount})
+            duck_text = "-" if duck_s is None else f"{duck_s:.2f}"
+            print(f"  batch {len(out)}: duckdb delta {duck_text} s, recount "
+                  f"{out[-1]['kernel_recount_s']:.2f} s -> {recount}", flush=True)
+    return {"before": before, "batches": out, "memory": mem.as_dict()}
 
 
 def _state(runner) -> dict:
@@ -345,7 +411,7 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
                 payload["static"] = run_static(spark, args, sizes, skip, Path(tmp))
         if args.batches and "incremental" not in skip:
             with common.phase("incremental"):
-                payload["incremental"] = run_incremental(spark, conf, args)
+                payload["incremental"] = run_incremental(args)
         if args.plans_rows and "plans" not in skip:
             with common.phase("delta-query plan vs naive plan"):
                 payload["plans"] = run_plans(spark, conf, args)
@@ -367,18 +433,26 @@ def report(payload: dict) -> str:
                 for r in payload["static"]])]
     inc = payload.get("incremental")
     if inc:
+        conf = f" ({', '.join(inc['conf'])})" if inc.get("conf") else ""
         out.append(f"incremental: {inc['edges']:,} edges loaded in {inc['load_s']} s, then "
-                   f"{len(inc['batches'])} batches of {inc['batch_size']} changes")
+                   f"{len(inc['batches'])} batches of {inc['batch_size']} changes; each side "
+                   f"in its own process, peak memory of that process tree{conf}")
+        mem, peers = inc["batches_memory"], inc["peers_memory"]["peak_total_mib"]
         out.append(common.markdown_table(
-            ["system", "median s", "p90 s"],
-            [["diffspark dataflow", inc["median"]["diffspark_s"], inc["p90"]["diffspark_s"]],
-             ["DuckDB delta SQL", inc["median"]["duckdb_delta_s"],
-              inc["p90"]["duckdb_delta_s"]],
-             ["kernel recount", inc["median"]["kernel_recount_s"],
-              inc["p90"]["kernel_recount_s"]]]))
-        out.append(f"diffspark peak memory over the batches: "
-                   f"{inc['batches_memory']['peak_total_mib']} MiB (JVM + Python); state "
-                   f"{inc['state']['records']:,} arranged records, {inc['state']['mib']} MiB")
+            ["system", "median s", "p90 s", "peak MiB"],
+            [[name, inc["median"][key], inc["p90"][key],
+              mem["peak_total_mib"] if key == "diffspark_s" else peers]
+             for name, key in (("diffspark dataflow", "diffspark_s"),
+                               ("DuckDB delta SQL", "duckdb_delta_s"),
+                               ("kernel recount", "kernel_recount_s"))
+             if key in inc["median"]]))
+        load = inc["load_memory"]
+        out.append(f"diffspark peak memory: {mem['peak_total_mib']} MiB over the batches (JVM "
+                   f"{mem['peak_jvm_mib']}, Python {mem['peak_python_mib']}), "
+                   f"{load['peak_total_mib']} MiB during the load (JVM {load['peak_jvm_mib']}, "
+                   f"Python {load['peak_python_mib']}); state {inc['state']['records']:,} "
+                   f"arranged records, {inc['state']['mib']} MiB; DuckDB and the recount share "
+                   f"one process")
     if payload.get("plans"):
         out.append("delta-query plan vs naive plan (seed 001), same input and batch")
         out.append(common.markdown_table(

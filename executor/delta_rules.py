@@ -73,13 +73,25 @@ def run(xp, query: cq.Query, rules, seeds: dict, lookup: Lookup, chunk_rows: int
                 for e in rule.steps[depth].extenders:
                     wants.setdefault(_request(e), []).append([p.vars[v] for _, v in e.key])
         got = lookup(wants) if wants else {}
-        states = [(rule, _extended(xp, rule.steps[depth], p, got, chunk_rows))
+        states = [(rule, _extended(xp, rule.steps[depth], p, got, chunk_rows,
+                                   _live(rule, depth, query.head)))
                   if depth < len(rule.steps) else (rule, p) for rule, p in states]
     cols = [xp.concat([p.vars[v] for _, p in states]) for v in query.head]
     t = xp.concat([p.t for _, p in states])
     d = xp.concat([p.d for _, p in states])
     keys, d = consolidate(xp, cols + [t], d)
     return keys[:-1], keys[-1], d
+
+
+def _live(rule: cq.DeltaRule, depth: int, head) -> set:
+    """Variables still needed once step `depth` has bound its variable: the head's and those
+    later steps key on or compare. The others are summed out of each chunk as it is made, so
+    a query whose head drops variables (a count) never holds its full listing."""
+    live = set(head)
+    for step in rule.steps[depth + 1:]:
+        live.update(v for e in step.extenders for _, v in e.key)
+        live.update(v for c in step.comparisons for v in c.vars())
+    return live
 
 
 def _request(e: cq.Extender) -> Request:
@@ -118,7 +130,8 @@ def _validated(xp, rule: cq.DeltaRule, p: _Prefixes, got: dict) -> _Prefixes:
     return p
 
 
-def _extended(xp, step: cq.Extension, p: _Prefixes, got: dict, chunk_rows: int) -> _Prefixes:
+def _extended(xp, step: cq.Extension, p: _Prefixes, got: dict, chunk_rows: int,
+              live: set) -> _Prefixes:
     indices, keys = [], []
     for e in step.extenders:
         key_cols, value, t, d = got[_request(e)]
@@ -133,10 +146,13 @@ def _extended(xp, step: cq.Extension, p: _Prefixes, got: dict, chunk_rows: int) 
         parent, value, d = extend_as_of(xp, None, p.t[lo:hi], p.d[lo:hi], indices, reads,
                                         [(a[lo:hi], b[lo:hi]) for a, b in ranges])
         grown = p.take(xp, parent + lo)
-        grown = _Prefixes(grown.vars | {step.var: value}, grown.t, d)
-        parts.append(_consolidated(xp, _filtered(xp, grown, step.comparisons)))
+        grown = _filtered(xp, _Prefixes(grown.vars | {step.var: value}, grown.t, d),
+                          step.comparisons)
+        kept = {v: a for v, a in grown.vars.items() if v in live}
+        parts.append(_consolidated(xp, _Prefixes(kept, grown.t, grown.d)))
     if not parts:
-        return _Prefixes(p.vars | {step.var: xp.zeros(0, dtype=xp.int64)}, p.t[:0], p.d[:0])
+        return _Prefixes({v: xp.zeros(0, dtype=xp.int64) for v in [*p.vars, step.var]
+                          if v in live}, p.t[:0], p.d[:0])
     return _Prefixes({v: xp.concat([q.vars[v] for q in parts]) for v in parts[0].vars},
                      xp.concat([q.t for q in parts]), xp.concat([q.d for q in parts]))
 

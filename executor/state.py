@@ -43,7 +43,7 @@ from plans import ir
 
 from . import state_layout
 from .errors import InputError, StateError
-from .spine import Spine
+from .spine import Spine, checkpoint
 from .time import TIME
 from .trace import Trace
 
@@ -222,7 +222,7 @@ class Store:
         restored and live frames have one shape."""
         if fid is None:
             return None
-        df = self._read(fid).localCheckpoint(eager=False)
+        df = checkpoint(self._read(fid), eager=False)
         self.frames[id(df)] = (df, fid)
         return df
 

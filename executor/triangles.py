@@ -3,8 +3,10 @@
 Edges are undirected: (a, b) and (b, a) are one edge, self loops are ignored, and an edge is
 present at time t while its accumulated multiplicity (either direction) is positive. So the
 dataflow normalises each update to (least, greatest), drops loops, takes `distinct`, and
-counts `tri(x, y, z) :- u(x, y), u(y, z), u(x, z)` over the oriented edges u (x < y < z):
-each triangle once, maintained by the delta-query executor (executor/wcoj.py).
+counts `tri(x) :- u(x, y), u(y, z), u(x, z)` over the oriented edges u (x < y < z): each
+triangle once, maintained by the delta-query executor (executor/wcoj.py). The head keeps x
+alone because only the count is wanted: y and z are summed out as they are bound, so a big
+step never holds its triangles listed (9.1M of them in a 1M-edge R-MAT graph's first step).
 
 A static edge list (no time and diff) is counted by the array kernel
 (gpu_kernels.wcoj.count_triangles: degree orientation, CSR, batched intersection) on numpy
@@ -28,6 +30,7 @@ from .time import DIFF, TIME
 
 NAME = "edges"
 TRIANGLES = "tri(x, y, z) :- u(x, y), u(y, z), u(x, z)"
+COUNTED = "tri(x) :- u(x, y), u(y, z), u(x, z)"
 
 
 def triangle_flow() -> Dataflow:
@@ -36,7 +39,7 @@ def triangle_flow() -> Dataflow:
     edges = flow.input(NAME, "src BIGINT, dst BIGINT")
     u = (edges.map("least(src, dst) AS src", "greatest(src, dst) AS dst")
          .filter("src <> dst").distinct())
-    flow.output("triangles", flow.query(TRIANGLES, u=u).count())
+    flow.output("triangles", flow.query(COUNTED, u=u).count())
     return flow
 
 

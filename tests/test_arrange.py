@@ -103,6 +103,22 @@ def test_arranged_join_has_no_exchange_and_no_sort(spark):
     assert df.count() == sum(1 for i in range(50) for i2 in range(50) if i % 7 == i2 % 5)
 
 
+def test_arranged_batches_are_kept_serialized(spark):
+    """A trace's checkpointed batch sits in the block manager serialized (Kryo, spilling to
+    disk), a fraction of the size of row objects, and keeps the partitioning joins use."""
+    from executor.trace import arrange
+
+    a, _ = arrange(updates_df(spark, "k BIGINT, x BIGINT", [((i % 7, i), 0, 1)
+                                                            for i in range(500)]), ["k"], ["time"], 2)
+    assert a.count() == 500
+    rdd = a._jdf.queryExecution().analyzed().rdd()
+    held = {r.id(): r for r in spark.sparkContext._jsc.sc().getRDDStorageInfo()}
+    level = held[rdd.id()].storageLevel() if rdd.id() in held else rdd.getStorageLevel()
+    assert level.useMemory() and level.useDisk() and not level.deserialized()
+    assert spark.conf.get("spark.serializer") == "org.apache.spark.serializer.KryoSerializer"
+    assert "Exchange" not in a.groupBy("k").count()._jdf.queryExecution().executedPlan().toString()
+
+
 def test_import_matches_a_dataflow_that_saw_everything(spark, conf):
     """differential-dataflow's tests/import.rs: six epochs of (src, dst, +/-1) arranged in one
     dataflow; a second imports the live arrangement mid-way and counts per key; from the

@@ -71,20 +71,27 @@ def test_arrangements_benchmark_smoke(spark, tmp_path):
 
 def test_triangles_benchmark_smoke(spark, tmp_path):
     """Static rows on a small R-MAT graph; peers are measured only where installed
-    (benchmarks/requirements-peers.txt), and every count must equal the kernel's."""
+    (benchmarks/requirements-peers.txt), and every count must equal the kernel's; so are
+    the incremental rows, each side in a process of its own."""
     from benchmarks import triangles
 
     out = tmp_path / "triangles.json"
-    payload = triangles.main(["--sizes", "3000", "--batches", "0", "--out", str(out),
-                              "--plans-rows", "2000", "--batch-size", "100",
-                              "--conf", "diffspark.partitions=2"], spark=spark)
+    payload = triangles.main(["--sizes", "3000", "--batches", "2", "--rows", "3000",
+                              "--out", str(out), "--plans-rows", "2000", "--batch-size", "100",
+                              "--conf", "diffspark.partitions=2",
+                              "--incremental-conf", "spark.master=local[2]"], spark=spark)
     saved = json.loads(out.read_text())
     systems = {r["system"] for r in saved["static"]}
     assert {"diffspark kernel", "diffspark verb (Spark read + kernel)",
             "Spark SQL binary joins"} <= systems
     assert all(r["correct"] for r in saved["static"])
     assert saved["static"][0]["triangles"] > 0
-    assert "incremental" not in payload
+    # incremental: diffspark and the peers each in a process of their own, counts checked
+    inc = payload["incremental"]
+    assert inc["load_correct"] and len(inc["batches"]) == 2
+    assert all(b["correct"] and b["duckdb_correct"] in (True, None) for b in inc["batches"])
+    assert inc["batches_memory"]["peak_jvm_mib"] > 0  # the child's own Spark JVM
+    assert inc["peers_memory"]["peak_jvm_mib"] == 0
     delta, naive = saved["plans"]
     assert naive["agrees"] and delta["triangles"][0] > 0
     assert naive["records"] > delta["records"]  # the naive plan arranges its prefixes

@@ -39,6 +39,7 @@ QUERIES = [  # (text, order)
     ("r(x, y) :- g(x, y), g(x, y), g(y, x), x != y", None),  # repeated atom, validators
     ("c(y) :- g(2, y), g(y, y), y >= 1", None),              # constant, repeated variable
     ("p(a, d) :- g(a, b), g(b, c), g(c, d)", None),           # needs a middle-out order
+    ("n(x) :- g(x, y), g(y, z), g(x, z), y < z", None),       # y, z summed out as bound
 ]
 
 

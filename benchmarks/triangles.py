@@ -8,8 +8,9 @@ Static: R-MAT graphs (Graph500 parameters, average degree ~16, seeded) counted b
   each measured in the same run when installed (benchmarks/requirements-peers.txt).
 Incremental: the first graph, then batches of changes (half deletions): diffspark's triangle
 dataflow per batch vs DuckDB's delta SQL (the three delta terms, old/new tables) vs a kernel
-recount, with the peak memory of the whole run. Every system's count is checked against the
-kernel's.
+recount. diffspark (with a Spark session of its own) and the peers each run in a spawned
+process, one after the other, so each peak memory (the process tree: JVM and Python) is one
+side's alone. Every system's count is checked against the kernel's.
 Plans: the delta-query plan vs seed 001's naive plan (counts, joins, validating joins) on a
 smaller graph: load time, one batch, and the state each keeps (arranged records and bytes).
 """

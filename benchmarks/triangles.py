@@ -420,9 +420,34 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
         if own_session:
             spark.stop()
     path = common.results_path("triangles", args.out)
+    if args.png and payload.get("incremental"):
+        payload["png"] = str(save_plot(path.with_suffix(".png"), payload["incremental"]))
     common.save_json(path, payload)
     print(report(payload))
     return payload
+
+
+def save_plot(path: Path, inc: dict) -> Optional[Path]:
+    """Seconds per batch of each incremental system, batch by batch (needs matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("note: matplotlib is not installed; no PNG written", file=sys.stderr)
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4))
+    times = [b["time"] for b in inc["batches"]]
+    for name, key in (("diffspark dataflow", "diffspark_s"), ("DuckDB delta SQL",
+                      "duckdb_delta_s"), ("kernel recount", "kernel_recount_s")):
+        if key in inc["median"]:
+            ax.plot(times, [b[key] for b in inc["batches"]], label=name, linewidth=1)
+    ax.set_xlabel("batch")
+    ax.set_ylabel("seconds")
+    ax.set_title(f"triangles: {inc['batch_size']:,} changes per batch on {inc['edges']:,} edges")
+    ax.legend()
+    return common.save_figure(fig, path)
 
 
 def report(payload: dict) -> str:

@@ -79,7 +79,8 @@ def test_triangles_benchmark_smoke(spark, tmp_path):
     payload = triangles.main(["--sizes", "3000", "--batches", "2", "--rows", "3000",
                               "--out", str(out), "--plans-rows", "2000", "--batch-size", "100",
                               "--conf", "diffspark.partitions=2",
-                              "--incremental-conf", "spark.master=local[2]"], spark=spark)
+                              "--incremental-conf", "spark.master=local[2]", "--png"],
+                             spark=spark)
     saved = json.loads(out.read_text())
     systems = {r["system"] for r in saved["static"]}
     assert {"diffspark kernel", "diffspark verb (Spark read + kernel)",
@@ -92,6 +93,7 @@ def test_triangles_benchmark_smoke(spark, tmp_path):
     assert all(b["correct"] and b["duckdb_correct"] in (True, None) for b in inc["batches"])
     assert inc["batches_memory"]["peak_jvm_mib"] > 0  # the child's own Spark JVM
     assert inc["peers_memory"]["peak_jvm_mib"] == 0
+    assert out.with_suffix(".png").stat().st_size > 0  # seconds per batch, each system
     delta, naive = saved["plans"]
     assert naive["agrees"] and delta["triangles"][0] > 0
     assert naive["records"] > delta["records"]  # the naive plan arranges its prefixes

@@ -257,13 +257,8 @@ def argparse_copy(args, **changes):
 
 
 def save_plot(path: Path, rows: list[dict]) -> Optional[Path]:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("note: matplotlib is not installed; no PNG written", file=sys.stderr)
+    plt = common.pyplot()
+    if plt is None:
         return None
     xs = [r["records"] for r in rows]
     fig, ax = plt.subplots(figsize=(7, 4.5))

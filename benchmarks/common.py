@@ -360,9 +360,8 @@ def save_json(path: Path, payload: dict) -> Path:
     return path
 
 
-def save_png(path: Path, labels: Sequence[str], seconds: Sequence[float],
-             title: str) -> Optional[Path]:
-    """A horizontal bar chart of seconds per label; None (and a note) without matplotlib."""
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend; None (and a note) without matplotlib."""
     try:
         import matplotlib
 
@@ -370,6 +369,15 @@ def save_png(path: Path, labels: Sequence[str], seconds: Sequence[float],
         import matplotlib.pyplot as plt
     except ImportError:
         print("note: matplotlib is not installed; no PNG written", file=sys.stderr)
+        return None
+    return plt
+
+
+def save_png(path: Path, labels: Sequence[str], seconds: Sequence[float],
+             title: str) -> Optional[Path]:
+    """A horizontal bar chart of seconds per label; None (and a note) without matplotlib."""
+    plt = pyplot()
+    if plt is None:
         return None
     fig, ax = plt.subplots(figsize=(8, 0.5 * len(labels) + 1.5))
     ax.barh(list(labels)[::-1], list(seconds)[::-1])

@@ -221,7 +221,7 @@ def change_batches(src, dst, args) -> list[tuple[list, list]]:
     """(deleted, inserted) oriented edges per batch: half of each batch deletes present
     edges, half inserts new ones between random nodes (seeded)."""
     rng = np.random.default_rng(args.seed)
-    present = {(min(a, b), max(a, b)) for a, b in zip(src.tolist(), dst.tolist()) if a != b}
+    present = oriented(src, dst)
     nodes = int(max(src.max(), dst.max())) + 1
     out = []
     for _ in range(args.batches):
@@ -237,6 +237,11 @@ def change_batches(src, dst, args) -> list[tuple[list, list]]:
         present.update(new)
         out.append((gone, sorted(new)))
     return out
+
+
+def oriented(src, dst) -> set[tuple[int, int]]:
+    """The undirected edges as (least, greatest) pairs, self loops dropped."""
+    return {(min(a, b), max(a, b)) for a, b in zip(src.tolist(), dst.tolist()) if a != b}
 
 
 def isolated(fn, *args):
@@ -290,7 +295,7 @@ def _peers_run(src, dst, batches) -> dict:
         import duckdb
     except ImportError:
         duckdb = None
-    present = {(min(a, b), max(a, b)) for a, b in zip(src.tolist(), dst.tolist()) if a != b}
+    present = oriented(src, dst)
     with common.PeakMemory() as mem:
         edges = np.array(sorted(present), dtype=np.int64)
         if duckdb is not None:
@@ -306,7 +311,7 @@ def _peers_run(src, dst, batches) -> dict:
             arr = np.array(sorted(present), dtype=np.int64)
             started = time.perf_counter()
             recount = kernel_count(arr[:, 0], arr[:, 1])
-            out.append({"duckdb_delta_s": duck_s and round(duck_s, 3), "duckdb_change": duck,
+            out.append({"duckdb_delta_s": None if duck_s is None else round(duck_s, 3), "duckdb_change": duck,
                         "kernel_recount_s": round(time.perf_counter() - started, 3),
                         "recount": recount})
             duck_text = "-" if duck_s is None else f"{duck_s:.2f}"
@@ -330,7 +335,7 @@ def run_plans(spark, conf, args) -> list[dict]:
     from plans import Dataflow
 
     src, dst = rmat_edges(args.plans_rows, args.seed)
-    edges = sorted({(min(a, b), max(a, b)) for a, b in zip(src.tolist(), dst.tolist()) if a != b})
+    edges = sorted(oriented(src, dst))
     rng = np.random.default_rng(args.seed)
     gone = [edges[i] for i in rng.choice(len(edges), args.batch_size // 2, replace=False)]
     nodes = int(max(src.max(), dst.max())) + 1
@@ -429,13 +434,8 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
 
 def save_plot(path: Path, inc: dict) -> Optional[Path]:
     """Seconds per batch of each incremental system, batch by batch (needs matplotlib)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("note: matplotlib is not installed; no PNG written", file=sys.stderr)
+    plt = common.pyplot()
+    if plt is None:
         return None
     fig, ax = plt.subplots(figsize=(8, 4))
     times = [b["time"] for b in inc["batches"]]

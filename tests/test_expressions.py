@@ -1,0 +1,340 @@
+"""executor/expressions.py against Spark: random expressions from the supported grammar over
+random Arrow tables (every column type, nulls, integers at the int32/int64 bounds, NaN), each
+evaluated by compile_stages and by Spark on the same data; rows and output types must be equal,
+and a Fallback must be an error in Spark too unless it is one of the cases handed back on purpose.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import math
+import random
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from executor.expressions import Fallback, NotCompiled, compile_stages
+from plans import ir
+from plans.ir import PlanError
+
+SCHEMA = pa.schema([
+    ("i8", pa.int8()), ("i", pa.int32()), ("a", pa.int64()), ("b", pa.int64()),
+    ("x", pa.float64()), ("p", pa.decimal128(10, 2)), ("q", pa.decimal128(5, 3)),
+    ("s", pa.string()), ("bo", pa.bool_()), ("dt", pa.date32()),
+    ("ts", pa.timestamp("us", tz="UTC")), ("time", pa.int64()), ("diff", pa.int64())])
+INT_COLS = ["i8", "i", "a", "b", "time", "diff"]
+# A Fallback Spark does not share is allowed for these: cases handed back on purpose, and
+# errors on rows a lazy construct (CASE, IF, COALESCE, AND, OR) never evaluates in Spark.
+DELIBERATE = ("NaN", "non-ASCII", "not plain digits", "yyyy-mm-dd", "years 1-9999")
+LAZY = ("CASE", "IF(", "coalesce", " AND ", " OR ")
+EXAMPLES = 30
+EXPRS_PER_EXAMPLE = 14
+ROWS = 12
+
+
+# --------------------------------------------------------------------------- random tables
+def _int(r: random.Random, bits: int):
+    lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    v = r.choice([r.randint(-5, 5), r.randint(-1000, 1000), lo, hi, lo + r.randint(0, 3),
+                   hi - r.randint(0, 3), r.randint(lo, hi), 2 ** (bits // 2) + r.randint(-2, 2)])
+    return min(max(v, lo), hi)
+
+
+def _value(r: random.Random, t: pa.DataType):
+    if r.random() < 0.2:
+        return None
+    if pa.types.is_integer(t):
+        return _int(r, t.bit_width)
+    if t == pa.float64():
+        return r.choice([0.0, -0.0, 1.5, -2.25, 1e300, float(r.randint(-9, 9)), r.uniform(-1e3, 1e3),
+                         float("inf"), float("nan") if r.random() < 0.1 else 3.0])
+    if pa.types.is_decimal(t):
+        digits = r.randint(0, t.precision)
+        return Decimal(r.randint(-(10 ** digits) + 1, 10 ** digits - 1)).scaleb(-t.scale)
+    if t == pa.string():
+        return "".join(r.choice(["a", "B", "7", "-", " ", "é", "1", "0"]) for _ in range(r.randint(0, 5))) \
+            if r.random() < 0.8 else r.choice(["12", "-3", "2024-02-29", "2023-02-29", "99999999999999999999"])
+    if t == pa.bool_():
+        return r.random() < 0.5
+    if t == pa.date32():
+        return dt.date(1900, 1, 1) + dt.timedelta(days=r.randint(0, 80000))
+    return dt.datetime(1960, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(
+        microseconds=r.randint(0, 3 * 10 ** 15))
+
+
+def random_table(r: random.Random, rows: int = ROWS, min_diff: float = 0.25) -> pa.Table:
+    """`min_diff`: the share of diffs that are -2**63 (negating one overflows)."""
+    cols = [[_value(r, f.type) for _ in range(rows)] for f in SCHEMA]
+    cols[-2] = [r.randint(0, 9) for _ in range(rows)]  # time: never null
+    cols[-1] = [-(2 ** 63) if r.random() < min_diff else r.choice([1, -1, 2]) for _ in range(rows)]
+    return pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(cols, SCHEMA)], schema=SCHEMA)
+
+
+# --------------------------------------------------------------------------- random expressions
+KINDS = ["int", "double", "decimal", "string", "bool", "date", "ts"]
+
+
+def gen(r: random.Random, kind: str, depth: int) -> str:
+    leaf = depth <= 0 or r.random() < 0.3
+    g = _LEAVES[kind] if leaf else r.choice(_NODES[kind])
+    return g(r, depth - 1)
+
+
+def _int_literal(r):
+    v = _int(r, r.choice([32, 64]))
+    return f"{v}L" if r.random() < 0.3 and v >= 0 else str(v)
+
+
+def _either(r, d, kind, other=None):
+    return gen(r, kind if other is None or r.random() < 0.5 else other, d)
+
+
+_LEAVES = {
+    "int": lambda r, d: r.choice([r.choice(INT_COLS), r.choice(INT_COLS), _int_literal(r)]),
+    "double": lambda r, d: r.choice(["x", "x", "1.5e0", "-2E1"]),
+    "decimal": lambda r, d: r.choice(["p", "q", "12.34", "0.5", "-3.0"]),
+    "string": lambda r, d: r.choice(["s", "s", "`s`", "'ab'", "''", "\"x y\""]),
+    "bool": lambda r, d: r.choice(["bo", "bo", "TRUE", "FALSE"]),
+    "date": lambda r, d: r.choice(["dt", "dt", "DATE '2020-02-29'"]),
+    "ts": lambda r, d: r.choice(["ts", "ts", "TIMESTAMP '2001-02-03 04:05:06.789'"]),
+}
+
+
+def _cmp(r, d):
+    kind = r.choice(KINDS)
+    other = {"int": "decimal", "decimal": "int", "double": "int"}.get(kind)
+    op = r.choice(["=", "<>", "!=", "<", "<=", ">", ">=", "<=>"])
+    return f"({_either(r, d, kind, other)} {op} {_either(r, d, kind, other)})"
+
+
+def _case(kind):
+    def g(r, d):
+        branches = " ".join(f"WHEN {gen(r, 'bool', d)} THEN {_or_null(r, kind, d)}"
+                            for _ in range(r.randint(1, 2)))
+        default = f" ELSE {_or_null(r, kind, d)}" if r.random() < 0.7 else ""
+        return f"CASE {branches}{default} END"
+    return g
+
+
+def _or_null(r, kind, d):
+    return "NULL" if r.random() < 0.15 else gen(r, kind, d)
+
+
+def _generic(kind):
+    """CASE, IF and COALESCE over `kind`."""
+    return [_case(kind),
+            lambda r, d: f"IF({gen(r, 'bool', d)}, {_or_null(r, kind, d)}, {gen(r, kind, d)})",
+            lambda r, d: f"coalesce({_or_null(r, kind, d)}, {gen(r, kind, d)})"]
+
+
+_NODES = {
+    "int": [
+        lambda r, d: f"({gen(r, 'int', d)} {r.choice('+-*')} {gen(r, 'int', d)})",
+        lambda r, d: f"(-({gen(r, 'int', d)}))",
+        lambda r, d: f"abs({gen(r, 'int', d)})",
+        lambda r, d: f"CAST({gen(r, r.choice(['int', 'int', 'double', 'decimal', 'bool']), d)} AS "
+                     f"{r.choice(['TINYINT', 'SMALLINT', 'INT', 'BIGINT'])})",
+        lambda r, d: f"CAST({gen(r, 'string', d)} AS {r.choice(['INT', 'BIGINT'])})",
+        lambda r, d: f"length({gen(r, 'string', d)})",
+        *_generic("int")],
+    "double": [
+        lambda r, d: f"({_either(r, d, 'double', 'int')} {r.choice('+-*/')} {_either(r, d, 'double', 'int')})",
+        lambda r, d: f"({gen(r, 'int', d)} / {gen(r, 'int', d)})",
+        lambda r, d: f"(-({gen(r, 'double', d)}))",
+        lambda r, d: f"abs({gen(r, 'double', d)})",
+        lambda r, d: f"CAST({gen(r, r.choice(['int', 'bool']), d)} AS DOUBLE)",
+        *_generic("double")],
+    "decimal": [
+        lambda r, d: f"({_either(r, d, 'decimal', 'int')} {r.choice('+-*')} {gen(r, 'decimal', d)})",
+        lambda r, d: f"(-({gen(r, 'decimal', d)}))",
+        lambda r, d: f"abs({gen(r, 'decimal', d)})",
+        lambda r, d: f"CAST({gen(r, r.choice(['int', 'decimal']), d)} AS DECIMAL("
+                     f"{r.choice([4, 12, 20])},{r.choice([0, 1, 3])}))",
+        *_generic("decimal")],
+    "string": [
+        lambda r, d: f"{r.choice(['upper', 'lower'])}({gen(r, 'string', d)})",
+        lambda r, d: f"concat({gen(r, 'string', d)}, {_either(r, d, 'string', 'int')})",
+        lambda r, d: f"({gen(r, 'string', d)} || {gen(r, 'string', d)})",
+        lambda r, d: f"substring({gen(r, 'string', d)}, {r.randint(-4, 4)}"
+                     + (f", {r.randint(-1, 4)})" if r.random() < 0.7 else ")"),
+        lambda r, d: f"substr({gen(r, 'string', d)}, {r.choice(['i8', 'i', '2'])}, {r.choice(['i8', '3'])})",
+        lambda r, d: f"CAST({gen(r, r.choice(['int', 'bool', 'date', 'string']), d)} AS STRING)",
+        *_generic("string")],
+    "bool": [
+        _cmp, _cmp,
+        lambda r, d: f"({gen(r, 'bool', d)} {r.choice(['AND', 'OR'])} {_or_null(r, 'bool', d)})",
+        lambda r, d: f"(NOT {gen(r, 'bool', d)})",
+        lambda r, d: f"({gen(r, r.choice(KINDS), d)} IS {r.choice(['', 'NOT '])}NULL)",
+        lambda r, d: f"({gen(r, 'int', d)} IN ({', '.join(_or_null(r, 'int', d) for _ in range(r.randint(1, 3)))}))",
+        lambda r, d: f"({gen(r, 'string', d)} IN ('a', {gen(r, 'string', d)}))",
+        lambda r, d: (lambda k: f"({gen(r, k, d)} BETWEEN {gen(r, k, d)} AND {gen(r, k, d)})")(
+            r.choice(["int", "decimal", "date", "string"])),
+        lambda r, d: f"CAST({gen(r, 'int', d)} AS BOOLEAN)",
+        *_generic("bool")],
+    "date": [
+        lambda r, d: f"CAST({gen(r, r.choice(['ts', 'string']), d)} AS DATE)",
+        *_generic("date")],
+    "ts": [
+        lambda r, d: f"CAST({gen(r, 'date', d)} AS TIMESTAMP)",
+        *_generic("ts")],
+}
+
+
+# --------------------------------------------------------------------------- comparison
+def _norm(v):
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else repr(v)
+    return v
+
+
+def _rows(table: pa.Table):
+    return [tuple(_norm(v) for v in row.values()) for row in table.to_pylist()]
+
+
+def _types(schema: pa.Schema):
+    return [(f.name, pa.string() if f.type == pa.large_string() else f.type) for f in schema]
+
+
+def _spark_fails(spark, table, call) -> bool:
+    try:
+        call(spark.createDataFrame(table)).collect()
+    except Exception:  # noqa: BLE001 - any Spark error (ANSI overflow, cast, division)
+        return True
+    return False
+
+
+def _check_fallback(spark, table, text, reason, call):
+    if _spark_fails(spark, table, call):
+        return
+    assert any(k in str(reason) for k in DELIBERATE) or any(k in text for k in LAZY), \
+        f"Fallback ({reason}) but Spark evaluates {text!r}"
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.integers(0, 2 ** 32))
+def test_random_expressions_equal_spark(spark, seed):
+    r = random.Random(seed)
+    table = random_table(r)
+    exprs = [gen(r, r.choice(KINDS), r.randint(1, 3)) for _ in range(EXPRS_PER_EXAMPLE)]
+    ok, checked_fallbacks = [], 0
+    for i, text in enumerate(exprs):
+        stage = ir.Map((f"{text} AS c{i}",))
+        try:
+            compiled = compile_stages((stage,), SCHEMA)
+        except NotCompiled:
+            continue
+        try:
+            ok.append((f"{text} AS c{i}", compiled(table)))
+        except Fallback as reason:
+            if checked_fallbacks < 2:  # each check is a Spark job of its own
+                checked_fallbacks += 1
+                _check_fallback(spark, table, text, reason, lambda df, s=stage: df.selectExpr(*s.exprs))
+    if not ok:
+        return
+    from pyspark.sql.pandas.types import to_arrow_schema
+    df = spark.createDataFrame(table).selectExpr(*[e for e, _ in ok])
+    want = df.toArrow()
+    spark_types = _types(to_arrow_schema(df.schema))
+    for j, (text, got) in enumerate(ok):
+        assert _types(got.schema)[0] == spark_types[j], text
+        assert _rows(got.select([0])) == _rows(want.select([j])), text
+        assert got.column_names[1:] == ["time", "diff"] and got.slice(0).select([1, 2]) == table.select([11, 12])
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.integers(0, 2 ** 32))
+def test_filter_map_negate_chain_equals_spark(spark, seed):
+    """A whole chain (filter, map, negate, temporal_filter, map) against executor/linear.py
+    on Spark."""
+    from executor import linear
+
+    r = random.Random(seed)
+    table = random_table(r, 30, min_diff=0.01)
+    stages = (ir.Filter(gen(r, "bool", 2)),
+              ir.Map((f"{gen(r, 'int', 1)} AS k", "s", f"{gen(r, 'bool', 2)} AS keep", "i8")),
+              ir.Negate(), ir.TemporalFilter(r.choice([None, "i8"]), r.choice([None, "i8 + 3"])),
+              ir.Filter(f"keep OR k {r.choice(['<', '>'])} i8"),
+              ir.Map(("k", f"concat(s, {r.choice(['k', 'i8'])}) AS t2", "(i8 - k) AS d2")))
+    try:
+        compiled = compile_stages(stages, SCHEMA)
+    except NotCompiled:
+        return
+    run = lambda df: linear.apply(df, stages, ["time"], "numpy")  # noqa: E731
+    try:
+        got = compiled(table)
+    except Fallback as reason:
+        _check_fallback(spark, table, repr(stages), reason, run)
+        return
+    from pyspark.sql.pandas.types import to_arrow_schema
+    df = run(spark.createDataFrame(table))
+    assert _types(got.schema) == _types(to_arrow_schema(df.schema))
+    assert sorted(map(repr, _rows(got))) == sorted(map(repr, _rows(df.toArrow())))
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.integers(0, 2 ** 32), st.sampled_from([(None, None), ("i8", None), (None, "i8"),
+                                                  ("i8", "i8 + time"), ("CAST(i8 AS INT)", "i"),
+                                                  ("NULL", "i8"), ("i8", "IF(bo, i8 + 3, NULL)")]))
+def test_temporal_filter_equals_linear(spark, seed, bounds):
+    from executor import linear
+
+    r = random.Random(seed)
+    table = random_table(r, 30)
+    stage = ir.TemporalFilter(*bounds)
+    try:
+        compiled = compile_stages((stage,), SCHEMA)
+    except PlanError:
+        with pytest.raises(PlanError):
+            linear.apply(spark.createDataFrame(table), (stage,), ["time"], "numpy")
+        return
+    df = linear.apply(spark.createDataFrame(table), (stage,), ["time"], "numpy")
+    try:
+        got = compiled(table)
+    except Fallback:  # a diff of -2**63 to retract
+        assert _spark_fails(spark, table, lambda d: linear.apply(d, (stage,), ["time"], "numpy"))
+        return
+    assert sorted(map(repr, _rows(got))) == sorted(map(repr, _rows(df.toArrow())))
+
+
+def test_session_is_ansi(spark):
+    """The Fallback cases assume ANSI errors; with ANSI off they are still exact (Catalyst
+    answers them), but this suite's 'Spark raises too' checks need it on."""
+    assert spark.conf.get("spark.sql.ansi.enabled") == "true"
+
+
+@pytest.mark.parametrize("stages", [
+    (ir.Map(("a % b AS m",)),),
+    (ir.Map(("try_cast(s AS INT) AS m",)),),
+    (ir.Map(("CAST(x AS STRING) AS m",)),),
+    (ir.Map(("a + s AS m",)),),
+    (ir.Map(("a + 1",)),),  # Spark names it
+    (ir.Map(("A",)),),  # Spark's name for a case-folded reference
+    (ir.Map(("upper(a) AS m",)),),
+    (ir.Map(("CAST(s AS VARCHAR(3)) AS m",)),),
+    (ir.Map(("p * p * p * p AS m",)),),  # precision above 38: Spark adjusts it
+    (ir.Map(("'a\\nb' AS m",)),),
+    (ir.Map(("a AS time",)),),
+    (ir.Map(("a AS k", "b AS K")),),
+    (ir.Map(("nope AS m",)),),
+    (ir.Filter("a"),),
+    (ir.FlatMap("array(named_struct('k', a))"),),
+])
+def test_not_compiled(stages):
+    with pytest.raises(NotCompiled):
+        compile_stages(stages, SCHEMA)
+
+
+def test_temporal_bound_must_be_integer():
+    with pytest.raises(PlanError, match="bound 's' has type string"):
+        compile_stages((ir.TemporalFilter("s", None),), SCHEMA)
+
+
+def test_cached_and_overflow_falls_back():
+    stages = (ir.Map(("a + b AS c",)),)
+    assert compile_stages(stages, SCHEMA) is compile_stages(stages, SCHEMA)
+    t = pa.Table.from_pylist([dict(zip(SCHEMA.names, [0, 0, 2 ** 62, 2 ** 62, None, None, None,
+                                                      None, None, None, None, 0, 1]))], SCHEMA)
+    with pytest.raises(Fallback, match="overflow"):
+        compile_stages(stages, SCHEMA)(t)

@@ -340,6 +340,26 @@ def _div(c: _Compiler, node) -> Expr:
     return Expr(DOUBLE, fn)
 
 
+def _mod(c: _Compiler, node) -> Expr:
+    """Integral `%`: Java's remainder (sign of the dividend; MIN % -1 is 0); a zero divisor
+    is an ANSI error (null without ANSI): Fallback."""
+    a, b = c.compile(node.this), c.compile(node.expression)
+    if not (_integral(a.type) and _integral(b.type)):
+        raise NotCompiled(f"% of {a.type} and {b.type}")
+    t = _common([a.type, b.type])
+
+    def fn(tbl):
+        x, y = pc.cast(a.fn(tbl), pa.int64()), pc.cast(b.fn(tbl), pa.int64())
+        if pc.any(pc.equal(y, 0)).as_py():
+            raise Fallback("remainder by zero")
+        null = pc.or_(pc.is_null(x), pc.is_null(y))
+        xs = np.asarray(pc.fill_null(x, 0))
+        ys = np.asarray(pc.fill_null(y, 1))
+        out = np.fmod(xs, np.where(ys == -1, 1, ys))
+        return pc.cast(pa.array(out, mask=np.asarray(null)), t)
+    return Expr(t, fn)
+
+
 def _abs(c: _Compiler, node) -> Expr:
     return _unary_numeric(c.compile(node.this), "abs")
 
@@ -739,7 +759,7 @@ def _timestamp_to_date(a):
 _HANDLERS = {
     exp.Literal: _literal, exp.Boolean: _boolean, exp.Null: _null, exp.Neg: _neg,
     exp.Add: _arith("add"), exp.Sub: _arith("subtract"), exp.Mul: _arith("multiply"),
-    exp.Div: _div, exp.Abs: _abs,
+    exp.Div: _div, exp.Mod: _mod, exp.Abs: _abs,
     exp.EQ: _comparison("equal"), exp.NEQ: _comparison("not_equal"),
     exp.LT: _comparison("less"), exp.LTE: _comparison("less_equal"),
     exp.GT: _comparison("greater"), exp.GTE: _comparison("greater_equal"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import os
 import random
 from decimal import Decimal
 
@@ -29,7 +30,7 @@ INT_COLS = ["i8", "i", "a", "b", "time", "diff"]
 # errors on rows a lazy construct (CASE, IF, COALESCE, AND, OR) never evaluates in Spark.
 DELIBERATE = ("NaN", "non-ASCII", "not plain digits", "yyyy-mm-dd", "years 1-9999")
 LAZY = ("CASE", "IF(", "coalesce", " AND ", " OR ")
-EXAMPLES = 30
+EXAMPLES = int(os.environ.get("DIFFSPARK_EXPRESSION_EXAMPLES", "30"))  # more: a deeper run
 EXPRS_PER_EXAMPLE = 14
 ROWS = 12
 
@@ -131,7 +132,7 @@ def _generic(kind):
 
 _NODES = {
     "int": [
-        lambda r, d: f"({gen(r, 'int', d)} {r.choice('+-*')} {gen(r, 'int', d)})",
+        lambda r, d: f"({gen(r, 'int', d)} {r.choice('+-*%')} {gen(r, 'int', d)})",
         lambda r, d: f"(-({gen(r, 'int', d)}))",
         lambda r, d: f"abs({gen(r, 'int', d)})",
         lambda r, d: f"CAST({gen(r, r.choice(['int', 'int', 'double', 'decimal', 'bool']), d)} AS "
@@ -212,9 +213,7 @@ def _check_fallback(spark, table, text, reason, call):
         f"Fallback ({reason}) but Spark evaluates {text!r}"
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.integers(0, 2 ** 32))
-def test_random_expressions_equal_spark(spark, seed):
+def _compare_with_spark(spark, seed, ansi: bool):
     r = random.Random(seed)
     table = random_table(r)
     exprs = [gen(r, r.choice(KINDS), r.randint(1, 3)) for _ in range(EXPRS_PER_EXAMPLE)]
@@ -228,7 +227,7 @@ def test_random_expressions_equal_spark(spark, seed):
         try:
             ok.append((f"{text} AS c{i}", compiled(table)))
         except Fallback as reason:
-            if checked_fallbacks < 2:  # each check is a Spark job of its own
+            if ansi and checked_fallbacks < 2:  # each check is a Spark job of its own
                 checked_fallbacks += 1
                 _check_fallback(spark, table, text, reason, lambda df, s=stage: df.selectExpr(*s.exprs))
     if not ok:
@@ -240,7 +239,25 @@ def test_random_expressions_equal_spark(spark, seed):
     for j, (text, got) in enumerate(ok):
         assert _types(got.schema)[0] == spark_types[j], text
         assert _rows(got.select([0])) == _rows(want.select([j])), text
-        assert got.column_names[1:] == ["time", "diff"] and got.slice(0).select([1, 2]) == table.select([11, 12])
+        assert got.column_names[1:] == ["time", "diff"] and got.select([1, 2]) == table.select([11, 12])
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.integers(0, 2 ** 32))
+def test_random_expressions_equal_spark(spark, seed):
+    _compare_with_spark(spark, seed, ansi=True)
+
+
+@settings(max_examples=max(EXAMPLES // 3, 1), deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.integers(0, 2 ** 32))
+def test_random_expressions_equal_spark_without_ansi(spark, seed):
+    """With ANSI off Spark wraps, or gives null, where it raised: those rows are Fallbacks
+    here (Catalyst answers them), and every answer given is still Spark's."""
+    spark.conf.set("spark.sql.ansi.enabled", "false")
+    try:
+        _compare_with_spark(spark, seed, ansi=False)
+    finally:
+        spark.conf.set("spark.sql.ansi.enabled", "true")
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
@@ -305,7 +322,8 @@ def test_session_is_ansi(spark):
 
 
 @pytest.mark.parametrize("stages", [
-    (ir.Map(("a % b AS m",)),),
+    (ir.Map(("p % b AS m",)),),
+    (ir.Map(("a div b AS m",)),),
     (ir.Map(("try_cast(s AS INT) AS m",)),),
     (ir.Map(("CAST(x AS STRING) AS m",)),),
     (ir.Map(("a + s AS m",)),),
@@ -338,3 +356,15 @@ def test_cached_and_overflow_falls_back():
                                                       None, None, None, None, 0, 1]))], SCHEMA)
     with pytest.raises(Fallback, match="overflow"):
         compile_stages(stages, SCHEMA)(t)
+
+
+def test_benchmark_smoke(spark, tmp_path):
+    """benchmarks/expressions.py end to end at a tiny size; both sides must agree."""
+    import json
+
+    from benchmarks import expressions
+
+    out = tmp_path / "expressions.json"
+    expressions.main(["--sizes", "50", "--repeat", "2", "--out", str(out)], spark=spark)
+    saved = json.loads(out.read_text())
+    assert saved["sizes"]["50"]["equal"] and saved["sizes"]["50"]["arrow_s"] > 0

@@ -94,6 +94,8 @@ class Expr:
     fn: Callable[[pa.Table], pa.Array]
     literal: object = None
     is_literal: bool = False
+    suffixed: bool = False  # `1L` or CAST(1 AS BIGINT): sqlglot parses both alike, Spark
+    #                         types them apart in decimal arithmetic (a literal or not)
 
 
 def _const(value, t) -> Expr:
@@ -114,6 +116,8 @@ def _decimal_of(e: Expr) -> tuple[int, int]:
     t = e.type
     if _decimal(t):
         return t.precision, t.scale
+    if e.suffixed:
+        raise NotCompiled("integral literal with a type suffix, or a CAST of one, in decimal arithmetic")
     if e.is_literal and e.literal is not None:
         return max(len(str(abs(e.literal))), 1), 0
     return _INTEGRAL_DECIMAL[t]
@@ -408,21 +412,19 @@ def _null_safe_neq(c, node):
 def _logic(op: str):
     def handler(c: _Compiler, node) -> Expr:
         a, b = c.compile(node.this), c.compile(node.expression)
-        a, b = _predicate(a), _predicate(b)
+        a, b = _predicate(a, True), _predicate(b, True)
         return Expr(BOOL, lambda tbl: getattr(pc, op)(a.fn(tbl), b.fn(tbl)))
     return handler
 
 
-def _predicate(e: Expr) -> Expr:
-    if e.type == NULL:
-        return _to_bool_null(e)
+def _predicate(e: Expr, null_ok: bool = False) -> Expr:
+    """A boolean operand; an untyped NULL only where Spark takes one (AND, OR; CASE WHEN
+    NULL fails its analysis)."""
+    if e.type == NULL and null_ok:
+        return _to(e, BOOL)
     if e.type != BOOL:
         raise NotCompiled(f"{e.type} where a boolean is needed")
     return e
-
-
-def _to_bool_null(e):
-    return Expr(BOOL, lambda tbl: pa.nulls(tbl.num_rows, BOOL), None, True)
 
 
 def _not(c, node):
@@ -624,7 +626,10 @@ def _cast(c, node):
     inner = node.this
     if isinstance(inner, exp.Literal) and inner.is_string and t in (DATE, TIMESTAMP):
         return _temporal_literal(inner.this, t)
-    return _cast_expr(c.compile(inner), t)
+    out = _cast_expr(c.compile(inner), t)
+    if isinstance(inner, (exp.Literal, exp.Neg)) and _integral(t):
+        return Expr(out.type, out.fn, suffixed=True)
+    return out
 
 
 def _temporal_literal(text: str, t) -> Expr:

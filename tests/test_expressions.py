@@ -260,6 +260,48 @@ def test_random_expressions_equal_spark_without_ansi(spark, seed):
         spark.conf.set("spark.sql.ansi.enabled", "true")
 
 
+# Edge cases named one by one: literal typing, rounding, bounds, 1-based substring, nulls.
+EDGE_CASES = [
+    "p + 1", "p * 2", "p + 1L", "p * CAST(2 AS BIGINT)", "q < CAST(1 AS SMALLINT)", "p + 12345678901", "q * 1.5", "p + i8", "p * a", "p - 0.001", "1 + 1L",
+    "-2147483648", "-9223372036854775808", "2147483648", "1.", ".5", "0.05", "-0.0", "1e3",
+    "CAST(p AS DECIMAL(4,1))", "CAST(q AS DECIMAL(3,0))", "CAST(p AS INT)", "CAST(x AS BIGINT)",
+    "CAST(2.5 AS INT)", "CAST(-2.5 AS INT)", "CAST(a AS DECIMAL(20,0))", "CAST(i8 AS STRING)",
+    "substring(s, -2)", "substring(s, 0)", "substring(s, 2, -1)", "substring(s, 0, 2)",
+    "substring(s, i8)", "concat(s, NULL)", "s || 'x'", "concat(s, a, i8)", "length('é')",
+    "a IN (1, NULL)", "NULL IN (1)", "i8 IN (1, 2L)", "CASE a WHEN 1 THEN 'x' END",
+    "CASE WHEN NULL THEN 1 ELSE 2 END", "IF(NULL, 1, 2)", "coalesce(NULL, i8, a)",
+    "coalesce(p, q)", "IF(bo, p, 1.5)", "i8 * i8", "i8 + 1", "CAST(200 AS TINYINT)",
+    "DATE '2020-02-29' = dt", "ts > TIMESTAMP '2000-01-01 00:00:00'", "CAST(ts AS DATE)",
+    "CAST(dt AS TIMESTAMP)", "CAST(dt AS STRING)", "x / 2", "a / 3", "i / i8", "abs(p)", "-p",
+    "abs(x)", "NOT (a > 1)", "bo <=> NULL", "p <=> q", "p = 1", "p < 1.5", "a = x", "s < 'a'",
+    "bo < TRUE", "a BETWEEN i8 AND 10", "s IS NOT NULL AND bo", "i % 7", "a % -1",
+    "CAST('12' AS INT)", "CAST('2020-01-31' AS DATE)", "CAST(TRUE AS INT)", "CAST(i AS BOOLEAN)",
+]
+
+
+@pytest.mark.parametrize("ansi", [True, False])
+def test_edge_cases_equal_spark(spark, ansi):
+    r = random.Random(7)
+    table = pa.concat_tables([random_table(r, 40, min_diff=0.0) for _ in range(2)])
+    ok = []
+    spark.conf.set("spark.sql.ansi.enabled", str(ansi).lower())
+    try:
+        for i, text in enumerate(EDGE_CASES):
+            try:
+                got = compile_stages((ir.Map((f"{text} AS c{i}",)),), SCHEMA)(table)
+            except (NotCompiled, Fallback):
+                continue
+            ok.append((f"{text} AS c{i}", got))
+        from pyspark.sql.pandas.types import to_arrow_schema
+        df = spark.createDataFrame(table).selectExpr(*[e for e, _ in ok])
+        want, types = df.toArrow(), _types(to_arrow_schema(df.schema))
+    finally:
+        spark.conf.set("spark.sql.ansi.enabled", "true")
+    assert len(ok) > len(EDGE_CASES) * 2 // 3
+    for j, (text, got) in enumerate(ok):
+        assert (_types(got.schema)[0], _rows(got.select([0]))) == (types[j], _rows(want.select([j]))), text
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.integers(0, 2 ** 32))
 def test_filter_map_negate_chain_equals_spark(spark, seed):

@@ -810,7 +810,13 @@ def compile_stages(stages: tuple, schema: pa.Schema, time_col: str = "time") -> 
     key = (tuple(stages), schema, time_col)
     hit = _CACHE.get(key)
     if hit is None:
-        hit = _CACHE[key] = _compile(tuple(stages), schema, time_col)
+        try:
+            hit = _compile(tuple(stages), schema, time_col)
+        except NotCompiled as e:  # remembered too: a step pays no parse either way
+            hit = e
+        _CACHE[key] = hit
+    if isinstance(hit, NotCompiled):
+        raise hit
     return hit
 
 

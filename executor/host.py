@@ -1,21 +1,25 @@
-"""Small steps on the driver: no Spark job where a step touches a few keys (DESIGN.md §11).
+"""The driver placement: a whole step in this process on array kernels, no Spark job.
 
-Each Spark job costs 0.1-1 s whatever its size, so a step of a thousand updates through a
-dozen operators costs seconds on Spark. When a step's updates are few and given as local
-rows (a pyarrow Table, createDataFrame), and every operator of the plan has a host form, the runner runs the
-step here: inputs are checked by a projection that Catalyst folds into the local rows (no
-job), linear operators stay Spark expressions folded the same way, and arrangements, joins,
-`distinct`, `count` and conjunctive queries run on array kernels (numpy, or cupy) against
-host mirrors of the traces (executor/mirror.py). Outputs come back as local DataFrames.
+Each Spark job costs 0.1-1 s whatever its size (DESIGN.md section 11), so a step of a thousand
+updates through a dozen operators costs seconds on Spark. When a step's updates are local
+(pyarrow or pandas tables, createDataFrame) and few, and every operator of the plan has a
+driver form, the runner runs the step here. Record columns of every type are int64 codes
+(executor/encoding.py). A pyarrow Table that already has the input's types is checked on
+Arrow; any other input goes through updates.normalise (a projection Catalyst folds into the
+local rows). Linear chains run on Arrow (executor/expressions.py) or as kernels on the
+arrays, else as Spark expressions over the local rows. Arrangements, joins, the reduce family
+(executor/reduce_host.py) and conjunctive queries run against host mirrors of the traces
+(executor/mirror.py). Outputs come back as Arrow.
 
 Spark stays the reference and the state: traces receive the host's updates when Spark next
-reads them. A step runs on Spark instead when it is big, when the plan holds another
-operator (iterate, other reductions, imports), when updates wait for later times,
-under durable state, or when a column is not an integer or holds a null (`Unsupported`,
-raised before anything is committed). Tests run every operator both ways.
+reads them. A step runs on Spark instead when it is big, when the plan holds another operator
+(iterate, imports), when updates wait for later times, under durable state, or when a value
+has no code (`Unsupported`, raised before anything is committed). Tests run every operator
+both ways.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -27,18 +31,21 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from gpu_kernels import (consolidate, group_starts, multiply_diffs, namespace, neighbours,
                          to_numpy)
+from gpu_kernels.arrow import arrays_to_batch, batch_to_arrays
 from plans import ir
 from plans import query as cq
 
-from . import delta_rules, join, linear
+from . import delta_rules, expressions, join, kernels, linear, reduce_host
 from .config import host_mirror_rows, host_step_rows
+from .encoding import NULL_CODE, NoCode, fits
 from .mirror import Mirror, run_of
 from .time import DIFF, TIME
 from .trace import Trace
-from .updates import normalise
+from .updates import normalise, read_source
 
 _INTEGRAL = ("byte", "short", "integer", "long")
-_HOSTED = (ir.Input, ir.Linear, ir.Concat, ir.Consolidate, ir.Arrange, ir.Join, ir.Query)
+_HOSTED = (ir.Input, ir.Linear, ir.Concat, ir.Consolidate, ir.Arrange, ir.Join, ir.Query,
+           ir.Reduce)
 
 
 class Unsupported(Exception):
@@ -49,19 +56,13 @@ def supports(runner) -> bool:
     """Whether the runner's plan can ever step on the host."""
     if host_step_rows(runner.conf) == 0 or runner._late:
         return False
-    for node in ir.topological(runner.plan.values()):
-        if isinstance(node, ir.Reduce):
-            if node.reduction.kind not in ("count", "distinct"):
-                return False
-        elif not isinstance(node, _HOSTED):
-            return False
-    return True
+    return all(isinstance(node, _HOSTED) for node in ir.topological(runner.plan.values()))
 
 
 @dataclass
 class Changes:
-    """A step's updates on the host: int64 record columns, time and diff, with the Spark
-    schema they came from (records, time, diff)."""
+    """A step's updates on the host: record columns as int64 codes (executor/encoding.py),
+    time and diff, with the Spark schema they stand for (records, time, diff)."""
 
     schema: StructType
     cols: list
@@ -75,14 +76,20 @@ class Changes:
     def col(self, name: str):
         return self.cols[self.names.index(name)]
 
-    def table(self, xp) -> pa.Table:
+    def table(self, xp, encoder) -> pa.Table:
+        """The updates as Arrow, their values decoded."""
         arrow = to_arrow_schema(self.schema)
-        arrays = [to_numpy(xp, a) for a in (*self.cols, self.t, self.d)]
-        return pa.Table.from_arrays([pa.array(a).cast(f.type) for a, f in zip(arrays, arrow)],
-                                    schema=arrow)
+        records = [encoder.decode(to_numpy(xp, c), f.dataType)
+                   for c, f in zip(self.cols, self.schema.fields)]
+        times = [pa.array(to_numpy(xp, a)) for a in (self.t, self.d)]
+        return pa.Table.from_arrays(records + times, schema=arrow)
 
-    def frame(self, spark, xp) -> DataFrame:
-        return spark.createDataFrame(self.table(xp))
+    def frame(self, spark, xp, encoder) -> DataFrame:
+        return spark.createDataFrame(self.table(xp, encoder))
+
+    @property
+    def size(self) -> int:
+        return int(self.t.shape[0])
 
 
 def _updates_schema(records: list[StructField]) -> StructType:
@@ -109,6 +116,7 @@ class HostStep:
         self.runner, self.sources, self.upto = runner, sources, upto
         self.lower = runner.frontier
         self.xp = namespace(runner.backend)
+        self.encoder = runner.encoder
         self.spark = runner.spark
         self.memo: dict = {}
         self.views: dict = {}
@@ -117,7 +125,8 @@ class HostStep:
     # ------------------------------------------------------------------ values
     def frame(self, node: ir.Node) -> DataFrame:
         value = self.value(node)
-        return value if isinstance(value, DataFrame) else value.frame(self.spark, self.xp)
+        return value if isinstance(value, DataFrame) else \
+            value.frame(self.spark, self.xp, self.encoder)
 
     def changes(self, node: ir.Node) -> Changes:
         value = self.value(node)
@@ -126,20 +135,29 @@ class HostStep:
         return value
 
     def _collect(self, df: DataFrame) -> Changes:
-        """The rows of a local frame (no job when Catalyst folds it into the local rows)."""
-        for f in df.schema.fields:
-            if f.dataType.typeName() not in _INTEGRAL:
-                raise Unsupported(f"column {f.name} is {f.dataType.simpleString()}")
+        """The rows of a local frame (no job when Catalyst folds it into the local rows),
+        encoded."""
         rows = df.collect()
         columns = list(zip(*rows)) if rows else [()] * len(df.columns)
-        if any(v is None for c in columns for v in c):
-            raise Unsupported("a null")
+        arrow = to_arrow_schema(df.schema)
+        return self._encoded(pa.Table.from_arrays(
+            [pa.array(list(c), type=f.type) for c, f in zip(columns, arrow)], schema=arrow),
+            df.schema)
+
+    def _encoded(self, table: pa.Table, schema: StructType) -> Changes:
+        """Updates as Arrow (records, time, diff; columns by position) as Changes with
+        Spark `schema`; updates at or after upto wait on Spark (not on the driver yet)."""
+        try:
+            codes = [self.encoder.encode(table.column(i), f.dataType)
+                     for i, f in enumerate(schema.fields[:-2])]
+        except NoCode as e:
+            raise Unsupported(str(e)) from None
         xp = self.xp
-        arrays = [xp.asarray(np.asarray(c, dtype=np.int64)) for c in columns]
-        t = arrays[-2]
+        n = table.num_columns
+        t, d = (xp.asarray(table.column(i).to_numpy().astype(np.int64)) for i in (n - 2, n - 1))
         if t.shape[0] and int(xp.max(t)) >= self.upto:
             raise Unsupported("updates at or after upto")
-        return Changes(df.schema, arrays[:-2], t, arrays[-1])
+        return Changes(schema, [xp.asarray(c) for c in codes], t, d)
 
     def value(self, node: ir.Node):
         if node not in self.memo:
@@ -148,9 +166,13 @@ class HostStep:
 
     def _evaluate(self, node: ir.Node):
         if isinstance(node, ir.Input):
-            return self.sources.get(node.name, self.runner._empty[node.name])
+            source = self.sources.get(node.name)
+            schema = self.runner._empty[node.name].schema
+            if source is None:
+                return self.empty(schema)
+            return self._encoded(source, schema) if isinstance(source, pa.Table) else source
         if isinstance(node, ir.Linear):
-            return linear.apply(self.frame(node.input), node.stages, [TIME], self.runner.backend)
+            return self._linear(node)
         if isinstance(node, ir.Concat):
             return self._concat([self.changes(c) for c in node.children()])
         if isinstance(node, ir.Consolidate):
@@ -164,6 +186,43 @@ class HostStep:
         if isinstance(node, ir.Query):
             return self._query(node)
         raise Unsupported(node.label())
+
+    def decoder(self, changes: Changes):
+        """A function that decodes `changes` to Arrow when called (only if Spark reads
+        them)."""
+        xp, encoder = self.xp, self.encoder
+        return lambda: changes.table(xp, encoder)
+
+    def _linear(self, node: ir.Linear):
+        """A fused chain on the driver: kernel runs on the arrays, expressions on Arrow
+        (executor/expressions.py) where they compile and Spark's answer is reproduced;
+        otherwise Spark's expressions over the local rows (Catalyst on the driver, no job)."""
+        source = self.value(node.input)
+        if not isinstance(source, DataFrame):
+            table = source.table(self.xp, self.encoder)
+            try:
+                for run in linear.runs(node.stages):
+                    table = self._kernels(run, table) if isinstance(run[0], ir.Kernel) else \
+                        expressions.compile_stages(run, table.schema)(table)
+            except (expressions.NotCompiled, expressions.Fallback):
+                pass
+            else:
+                return self._encoded(table, self.runner.node_schemas[node])
+        return linear.apply(self.frame(node.input), node.stages, [TIME], self.runner.backend)
+
+    def _kernels(self, run: tuple, table: pa.Table) -> pa.Table:
+        """A run of kernel stages over the step's updates, as Spark's mapInArrow calls it
+        per batch (executor/kernels.py)."""
+        schema = to_arrow_schema(kernels.output_schema(run[-1], [TIME]))
+        if not table.num_rows:
+            return schema.empty_table()
+        cols = batch_to_arrays(table.combine_chunks().to_batches()[0], self.xp)
+        out = kernels.run_chain(self.xp, cols, [TIME], run)
+        return pa.Table.from_batches([arrays_to_batch(out, schema, self.xp)])
+
+    def empty(self, schema: StructType) -> Changes:
+        none = self.xp.zeros(0, dtype=self.xp.int64)
+        return Changes(schema, [none for _ in schema.fields[:-2]], none, none)
 
     def _concat(self, parts: list[Changes]) -> Changes:
         xp = self.xp
@@ -184,8 +243,8 @@ class HostStep:
             if records > host_mirror_rows(self.runner.conf) or not trace.mirrorable:
                 raise Unsupported(f"{node.label()}: no mirror of {records} records")
             try:
-                trace.mirror = Mirror.of(self.xp, trace.batches, columns, nkeys)
-            except ValueError as e:  # a null: this trace is never mirrored
+                trace.mirror = Mirror.of(self.xp, trace.batches, columns, nkeys, self.encoder)
+            except NoCode as e:  # a value without a code: this trace is never mirrored
                 trace.mirrorable = False
                 raise Unsupported(str(e)) from None
         return trace.mirror
@@ -204,19 +263,23 @@ class HostStep:
         since = trace.next_since(self.upto - 1)
         run = run_of(self.xp, [batch.col(c) for c in columns], batch.t, batch.d)
         self.views[node] = _View(trace, old, batch, old.reading(run))
-        self.commits[node] = trace.host_appended(old.appended(run, since), batch.table(self.xp),
-                                                 self.upto, since)
+        self.commits[node] = trace.host_appended(old.appended(run, since), batch.size,
+                                                 self.decoder(batch), self.upto, since)
         return batch
 
     # ------------------------------------------------------------------ reductions
     def _reduce(self, node: ir.Reduce) -> Changes:
         """count and distinct by running sums: a key's total before the step (its old
         updates, summed) then after each of the step's times; the differences are emitted,
-        exactly as executor/reduce.py `_running` does in Spark SQL."""
+        exactly as executor/reduce.py `_running` does in Spark SQL. The other reductions
+        re-evaluate the touched keys (executor/reduce_host.py)."""
         xp = self.xp
         arranged = node.input
         self.value(arranged)
         view = self.views[arranged]
+        if node.reduction.kind not in ("count", "distinct") or (
+                node.reduction.kind == "distinct" and list(view.trace.keys) != view.batch.names):
+            return self._consolidated(reduce_host.delta(self, node, view))
         old, batch = view.old, view.batch
         keys = list(arranged.keys) if arranged.keys is not None else batch.names
         fields = {f.name: f for f in batch.schema.fields}
@@ -252,9 +315,9 @@ class HostStep:
             weighted = out.col("count") * out.d
             totals = run_of(xp, out.cols[:-1], out.t, weighted)
             table = Changes(_updates_schema([fields[k] for k in keys]), list(totals.cols),
-                            totals.t, totals.d).table(xp)
-            self.commits[arranged] = view.trace.host_appended(old.appended(totals, since), table,
-                                                              self.upto, since)
+                            totals.t, totals.d)
+            self.commits[arranged] = view.trace.host_appended(
+                old.appended(totals, since), table.size, self.decoder(table), self.upto, since)
         return out
 
     # ------------------------------------------------------------------ joins
@@ -280,6 +343,13 @@ class HostStep:
         columns from a where a has them, times joined, diffs multiplied."""
         xp = self.xp
         (acols, at, ad), (bcols, bt, bd) = a, b
+        live = xp.ones(at.shape[0], dtype=xp.bool)
+        for k in on:  # a null key joins nothing (Spark's `=`)
+            live = xp.logical_and(live, acols[k] != NULL_CODE)
+        if not bool(xp.all(live)):
+            rows = xp.nonzero(live)[0]
+            acols = {c: xp.take(v, rows) for c, v in acols.items()}
+            at, ad = xp.take(at, rows), xp.take(ad, rows)
         acode, bcode = delta_rules.codes(xp, [acols[k] for k in on], [bcols[k] for k in on],
                                          at.shape[0], bt.shape[0])
         order = xp.argsort(bcode)
@@ -297,6 +367,10 @@ class HostStep:
         index rows up in the mirrors of the arrangements the extenders read."""
         xp = self.xp
         inputs = {r: self.changes(i) for r, i in zip(node.relations, node.inputs)}
+        for c in inputs.values():  # constants and comparisons are on the values themselves
+            if not all(f.dataType.typeName() in _INTEGRAL for f in c.schema.fields) or any(
+                    bool(xp.any(col == NULL_CODE)) for col in c.cols):
+                raise Unsupported("a query over columns that are not integers, or nulls")
         position = {r: i for i, r in enumerate(node.relations)}
         seeds = {r: (c.cols, c.t, c.d) for r, c in inputs.items()}
 
@@ -317,6 +391,8 @@ class HostStep:
                 value = xp.zeros_like(run.t) if req.value is None else col[names[req.value]]
                 for k in req.repeats:
                     keep = xp.logical_and(keep, col[names[k]] == value)
+                if bool(xp.any(xp.logical_and(keep, value == NULL_CODE))):
+                    raise Unsupported("a null in a query's relation")
                 rows = xp.nonzero(keep)[0]
                 out[req] = ([xp.take(col[names[k]], rows) for k in req.key],
                             xp.take(value, rows), xp.take(run.t, rows), xp.take(run.d, rows))
@@ -357,7 +433,7 @@ def _segment_running_sum(xp, keys: list, m):
 
 
 def step(runner, updates: dict, upto: Optional[int]) -> Optional[tuple[dict, dict]]:
-    """(each output's changes as local DataFrames, the traces to commit), or None when the
+    """(each output's changes as Arrow tables, the traces to commit), or None when the
     step must run on Spark. Input errors raise InputError before anything changes."""
     if upto is None or runner._store is not None:
         return None
@@ -365,20 +441,64 @@ def step(runner, updates: dict, upto: Optional[int]) -> Optional[tuple[dict, dic
             not isinstance(s, Trace) and s is not None for s in runner._state.values()):
         return None  # held-back updates wait in Spark frames
     limit = host_step_rows(runner.conf)
+    if any(isinstance(s, (str, os.PathLike)) for s in updates.values()):
+        return None  # files are read by Spark
     sources = {}
-    for name, df in updates.items():
-        rows = _local(runner.spark, df, limit)
+    for name, source in updates.items():
+        schema = runner.input_schemas[name]
+        if isinstance(source, pa.Table):
+            if source.num_rows > limit:
+                return None
+            ready = _ready(source, schema, runner.frontier, upto)
+            if ready is not None:
+                sources[name] = ready
+                continue
+        rows = _local(runner.spark, read_source(runner.spark, name, source, schema), limit)
         if rows is None:
             return None
-        sources[name] = normalise(name, rows, runner.input_schemas[name], runner.frontier,
-                                  upto, local=True)
+        sources[name] = normalise(name, rows, schema, runner.frontier, upto, local=True)
     host = HostStep(runner, sources, upto)
     try:
         outs = host.outputs()
     except Unsupported:
         return None
-    changes = {name: c.frame(runner.spark, host.xp) for name, c in outs.items()}
-    return changes, host.commits
+    tables = {name: c.table(host.xp, host.encoder).cast(to_arrow_schema(runner.schemas[name]))
+              for name, c in outs.items()}
+    return tables, host.commits
+
+
+def _ready(table: pa.Table, schema: StructType, frontier: int, upto: int) -> Optional[pa.Table]:
+    """A pyarrow Table that already has the input's Arrow types and breaks no rule, as
+    (records, time, diff) without Spark; None sends it through updates.normalise, which
+    converts what needs converting and words the refusal of what breaks a rule."""
+    given = {f.name.lower(): f.name for f in table.schema}
+    if len(given) != table.num_columns or \
+            set(given) - {f.name.lower() for f in schema.fields} - {TIME, DIFF}:
+        return None
+    n, columns = table.num_rows, []
+    for f, arrow in zip(schema.fields, to_arrow_schema(schema)):
+        name = given.get(f.name.lower())
+        if name is None or table.schema.field(name).type != arrow.type:
+            return None
+        column = table.column(name)
+        if column.null_count and not f.nullable or not fits(column, f.dataType):
+            return None
+        columns.append(column)
+    for special, default in ((TIME, frontier), (DIFF, 1)):
+        name = given.get(special)
+        if name is None:
+            columns.append(pa.array(np.full(n, default, dtype=np.int64)))
+            continue
+        column = table.column(name)
+        if column.type != pa.int64() or column.null_count:
+            return None
+        columns.append(column)
+    t, d = (np.asarray(c.to_numpy()) for c in columns[-2:])
+    if n and (t.min() < frontier or t.max() >= upto or d.min() == np.iinfo(np.int64).min
+              or float(np.abs(d).sum(dtype=np.float64)) >= 2.0 ** 62):
+        return None
+    return pa.Table.from_arrays(columns, schema=to_arrow_schema(_updates_schema(
+        list(schema.fields))))
 
 
 def _local(spark, df: DataFrame, limit: int) -> Optional[DataFrame]:

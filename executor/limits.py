@@ -8,6 +8,8 @@ runs when the limit is set. A driver that ran out of memory gets a hint naming t
 """
 from __future__ import annotations
 
+import pyarrow as pa
+
 from .config import ConfigError
 from .errors import StepError
 
@@ -35,7 +37,7 @@ def check_outputs(conf, changes: dict, step: int) -> None:
     if limit is None:
         return
     for name, df in changes.items():
-        n = df.limit(limit + 1).count()
+        n = df.num_rows if isinstance(df, pa.Table) else df.limit(limit + 1).count()
         if n > limit:
             raise StepError(f"step {step} refused, nothing changed: output '{name}' has more "
                             f"than {limit} changes (rule: {OUTPUT_RECORDS_KEY}={limit})")

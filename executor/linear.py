@@ -31,19 +31,27 @@ def record_columns(df: DataFrame, time_cols: list[str]) -> list[str]:
 def apply(df: DataFrame, stages: tuple[ir.Stage, ...], time_cols: list[str],
           backend: str) -> DataFrame:
     """The update stream `df` (records, time columns, diff) through a chain of stages."""
-    i = 0
+    for run in runs(stages):
+        if isinstance(run[0], ir.Kernel):
+            df = kernels.apply(df, run, time_cols, backend)
+        else:
+            df = _EXPRESSION[type(run[0])](df, run[0], time_cols)
+        _check_columns(df, time_cols, run[-1])
+    return df
+
+
+def runs(stages: tuple[ir.Stage, ...]) -> list[tuple[ir.Stage, ...]]:
+    """The chain cut where it runs apart: each maximal run of kernel stages (one call per
+    batch for the run) and each expression stage alone."""
+    out, i = [], 0
     while i < len(stages):
+        j = i + 1
         if isinstance(stages[i], ir.Kernel):
-            j = i
             while j < len(stages) and isinstance(stages[j], ir.Kernel):
                 j += 1
-            df = kernels.apply(df, stages[i:j], time_cols, backend)
-        else:
-            j = i + 1
-            df = _EXPRESSION[type(stages[i])](df, stages[i], time_cols)
-        _check_columns(df, time_cols, stages[j - 1])
+        out.append(tuple(stages[i:j]))
         i = j
-    return df
+    return out
 
 
 def _map(df, s: ir.Map, time_cols):

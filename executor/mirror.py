@@ -50,16 +50,19 @@ class Mirror:
         self.spine = spine if spine is not None else Spine(slack=4, combine=self._concat)
 
     @classmethod
-    def of(cls, xp, frames: list[DataFrame], columns: list[str], nkeys: int) -> "Mirror":
-        """The mirror of a trace's batches, read in one Spark job."""
+    def of(cls, xp, frames: list[DataFrame], columns: list[str], nkeys: int,
+           encoder) -> "Mirror":
+        """The mirror of a trace's batches, read in one Spark job and encoded
+        (executor/encoding.py; NoCode for what has no code)."""
         mirror = cls(xp, columns, nkeys)
         if not frames:
             return mirror
-        table = reduce(DataFrame.union, frames).select(*columns, TIME, DIFF).toArrow()
-        if any(c.null_count for c in table.columns):
-            raise ValueError("a mirror holds no nulls")
-        arrays = [xp.asarray(table.column(i).to_numpy().astype(np.int64))
-                  for i in range(table.num_columns)]
+        frame = reduce(DataFrame.union, frames).select(*columns, TIME, DIFF)
+        table = frame.toArrow()
+        kinds = [f.dataType for f in frame.schema.fields]
+        arrays = [xp.asarray(encoder.encode(table.column(i), kinds[i]))
+                  for i in range(len(columns))]
+        arrays += [xp.asarray(table.column(c).to_numpy().astype(np.int64)) for c in (TIME, DIFF)]
         run = run_of(xp, arrays[:-2], arrays[-2], arrays[-1])
         mirror.spine = mirror.spine.appended(run, run.size) if run.size else mirror.spine
         return mirror

@@ -9,10 +9,12 @@ new DataFrames and the runner's fields are replaced only when every output has s
 from __future__ import annotations
 
 import time as clock
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Optional
 
+import pyarrow as pa
 from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -29,11 +31,12 @@ from . import host, iterate, join, limits, linear, reduce_product, wcoj
 from . import reduce as reduce_ops
 from .config import kernel_backend, load_conf, local_query_rows, partitions
 from .consolidate import consolidate
+from .encoding import Encoder
 from .errors import InputError, StepError
 from .session import spark_session
 from .lateness import holds_back, late
 from .running import appended as count_appended, counted
-from .spine import Spine, is_computed, materialise, materialise_all
+from .spine import Spine, as_frame, is_computed, materialise, materialise_all, output_log
 from .trace import Trace, View, arrange
 from .time import DIFF, INFINITY, TIME
 from .updates import normalise, read_source
@@ -47,9 +50,35 @@ class StepResult:
     lower: int
     upper: int
     seconds: float
-    changes: dict[str, DataFrame]  # this step's final output changes, per output
+    changes: Mapping[str, DataFrame]  # this step's final output changes, per output
     skipped: bool = False  # a resumed runner recognised a committed step: nothing ran
     host: bool = False  # the step ran on the driver (executor/host.py), no Spark job
+
+    def arrow(self, name: str) -> pa.Table:
+        """An output's changes of this step as Arrow (records, time, diff): no Spark for
+        a step that ran on the driver."""
+        if isinstance(self.changes, Frames):
+            return self.changes.tables[name]
+        return self.changes[name].toArrow()
+
+
+class Frames(Mapping):
+    """A driver step's changes per output, held as Arrow; each becomes a (local) Spark
+    frame only when asked for."""
+
+    def __init__(self, tables: dict[str, pa.Table]):
+        self.tables, self._frames = tables, {}
+
+    def __getitem__(self, name: str) -> DataFrame:
+        if name not in self._frames:
+            self._frames[name] = as_frame(self.tables[name])
+        return self._frames[name]
+
+    def __iter__(self):
+        return iter(self.tables)
+
+    def __len__(self) -> int:
+        return len(self.tables)
 
 
 class Runner:
@@ -79,13 +108,17 @@ class Runner:
         self._state: dict[object, object] = {}
         self.rounds: dict[str, list[float]] = {}  # iterate -> seconds of each round, last step
         self.frontier = 0
-        resolved = self._build_all(self._new_step(self._empty, None, resolving=True))
+        resolving = self._new_step(self._empty, None, resolving=True)
+        resolved = self._build_all(resolving)
         self.schemas = {name: df.schema for name, df in resolved.items()}
+        # every node's update schema as Spark resolves it: the driver's steps keep its types
+        self.node_schemas = {node: df.schema for node, df in resolving.memo.items()}
+        self.encoder = Encoder()  # the driver's codes of column values (executor/encoding.py)
         self.frontier = 0
         self.steps = 0
         self.closed = False
         self._pending: dict[str, Optional[DataFrame]] = {n: None for n in self.plan}
-        self._logs: dict[str, Spine] = {n: Spine() for n in self.plan}
+        self._logs: dict[str, Spine] = {n: output_log() for n in self.plan}
         # durability (executor/state.py): commit each step to `state`, resume from it
         self._store = None
         if state is not None:
@@ -265,15 +298,16 @@ class Runner:
             if name not in self.input_schemas:
                 raise InputError(name, "-", "unknown input",
                                  f"the dataflow's inputs are {sorted(self.input_schemas)}")
+        if replay is None and self._hosted:
+            done = self._host_step(updates, upto)
+            if done is not None:
+                tables, commits = done
+                logs = {n: self._logs[n].appended(t) if t.num_rows else self._logs[n]
+                        for n, t in tables.items()}
+                return self._advance(Frames(tables), {n: None for n in self.plan}, logs,
+                                     commits, [], upto, started, host=True)
         frames = {name: read_source(self.spark, name, src, self.input_schemas[name])
                   for name, src in updates.items()}
-        if replay is None and self._hosted:
-            done = self._host_step(frames, upto)
-            if done is not None:
-                changes, commits = done
-                logs = {n: self._logs[n].appended(df) for n, df in changes.items()}
-                return self._advance(changes, {n: None for n in self.plan}, logs, commits, [],
-                                     upto, started, host=True)
         sources, digests = dict(self._empty), {}
         for name, df in frames.items():
             sources[name] = normalise(name, df, self.input_schemas[name], lower, upto,
@@ -297,11 +331,11 @@ class Runner:
             raise self._refused(e) from None
         return self._advance(changes, pending, logs, step.commits, step.holds, upto, started)
 
-    def _host_step(self, frames: dict, upto: Optional[int]):
+    def _host_step(self, updates: dict, upto: Optional[int]):
         """The step on the driver (executor/host.py): (changes, traces to commit), or None
         to run it on Spark."""
         try:
-            done = host.step(self, frames, upto)
+            done = host.step(self, updates, upto)
             if done is not None:
                 limits.check_outputs(self.conf, done[0], self.steps + 1)
             return done

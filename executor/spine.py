@@ -12,8 +12,9 @@ from __future__ import annotations
 from functools import reduce
 from typing import Callable, Optional, TypeVar
 
+import pyarrow as pa
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
 T = TypeVar("T")
 
@@ -104,5 +105,28 @@ class Spine:
         return out
 
     def union(self) -> Optional[DataFrame]:
-        frames = [b for _, b in self.batches]
+        frames = [as_frame(b) for _, b in self.batches]
         return reduce(DataFrame.unionByName, frames) if frames else None
+
+
+def as_frame(batch) -> DataFrame:
+    """A batch as a Spark frame: an Arrow table becomes local rows (no job)."""
+    return SparkSession.active().createDataFrame(batch) if isinstance(batch, pa.Table) else batch
+
+
+def _log_combine(a, b):
+    """Two batches of an output log: Arrow tables (the driver's steps) concatenate without
+    Spark; anything with a Spark frame unions."""
+    if isinstance(a, pa.Table) and isinstance(b, pa.Table):
+        return pa.concat_tables([a, b])
+    return as_frame(a).unionByName(as_frame(b))
+
+
+def _log_merge(batch, size: int):
+    return (batch, size) if isinstance(batch, pa.Table) else (materialise(batch), size)
+
+
+def output_log() -> Spine:
+    """An output's log of final changes: Spark frames and Arrow tables, merged
+    geometrically; a driver step's tables reach Spark only when the log is read."""
+    return Spine(_log_merge, combine=_log_combine)

@@ -43,7 +43,7 @@ from plans import ir
 
 from . import state_layout
 from .errors import InputError, StateError
-from .spine import Spine, checkpoint
+from .spine import Spine, checkpoint, output_log
 from .time import TIME
 from .trace import Trace
 
@@ -227,7 +227,7 @@ class Store:
         return df
 
     def _spine(self, batches: list) -> Spine:
-        spine = Spine()
+        spine = output_log()
         spine.batches = [(size, self._frame(fid)) for fid, size in batches]
         return spine
 

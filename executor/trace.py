@@ -48,7 +48,8 @@ class Trace:
     to it on merge) and `upper` (every update at a time below it is in the trace).
 
     Steps run on the driver (executor/host.py) update `mirror`, the trace's host copy, and
-    leave their updates in `unsynced` (Arrow tables): the first reader of `batches` arranges
+    leave their updates in `unsynced` ((rows, a function that decodes them to Arrow)): the
+    first reader of `batches` decodes and arranges
     them into one Spark batch. A Spark step's append drops the mirror (rebuilt on demand)."""
 
     keys: list[str]
@@ -74,7 +75,8 @@ class Trace:
         """This trace with the host's updates arranged into Spark batches."""
         if self.unsynced:
             spark = SparkSession.active()
-            frame = spark.createDataFrame(pa.concat_tables(self.unsynced))
+            frame = spark.createDataFrame(pa.concat_tables([decode() for _, decode
+                                                            in self.unsynced]))
             batch, size = arrange(frame, self.keys, self.time_cols, self.partitions, self.since)
             # in place: the same collection, now also readable by Spark
             self.spine = self._spine(self.since).appended(batch, size) if size else self.spine
@@ -103,13 +105,15 @@ class Trace:
                      spine.appended(batch, size) if size else spine,
                      max(self.since, since), upper, self.holds, mirrorable=self.mirrorable)
 
-    def host_appended(self, mirror: Mirror, table: pa.Table, upper: int, since: int) -> "Trace":
-        """A new trace with a host step's updates: `mirror` already holds them, `table` is
-        them as Arrow (records, time, diff) for Spark; `since` from next_since."""
-        unsynced = self.unsynced + (table,) if table.num_rows else self.unsynced
+    def host_appended(self, mirror: Mirror, rows: int, decode, upper: int,
+                      since: int) -> "Trace":
+        """A new trace with a host step's `rows` updates: `mirror` already holds them,
+        `decode()` gives them as Arrow (records, time, diff) for Spark, only if Spark reads
+        them; `since` from next_since."""
+        unsynced = self.unsynced + ((rows, decode),) if rows else self.unsynced
         out = Trace(self.keys, self.time_cols, self.partitions, self.spine, since, upper,
                     self.holds, mirror, unsynced)
-        held = sum(t.num_rows for t in unsynced)
+        held = sum(n for n, _ in unsynced)
         if held > max(SYNC_ROWS, sum(s for s, _ in self.spine.batches)):
             out.synced()  # bounded: host-only steps do not pile up updates forever
         return out

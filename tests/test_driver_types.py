@@ -1,0 +1,132 @@
+"""The driver placement over every column type: the reduce family, joins and linear chains
+on STRING, DATE, TIMESTAMP, DECIMAL, DOUBLE and BOOLEAN columns with nulls, stepped on the
+driver, against the reference interpreter and against a runner that steps on Spark."""
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from conftest import rows_of
+from executor import Runner
+from executor.reference import reference
+from plans import Dataflow
+
+ORDERS = ("o_id BIGINT, c_id BIGINT, status STRING, total DECIMAL(12,2), placed DATE, "
+          "at TIMESTAMP, score DOUBLE, rush BOOLEAN")
+CUSTOMERS = "c_id BIGINT, name STRING, segment STRING"
+HORIZON = 5
+SPARK_ONLY = {"diffspark.host.step_rows": "0"}
+
+
+def count_positive(xp, group, cols, count):
+    """A user reduction: per group, how many rows have score > 0 (multiplicity counted)."""
+    n = int(group.shape[0] and (xp.max(group) + 1))
+    hits = xp.where(cols["score"] > 0, count, xp.zeros_like(count))
+    totals = xp.zeros(n, dtype=xp.int64)
+    for g in range(n):  # small groups in tests; a real kernel would segment-sum
+        totals[g] = xp.sum(xp.where(group == g, hits, xp.zeros_like(hits)))
+    return xp.arange(n, dtype=xp.int64), {"positive": totals}
+
+
+def doubled(xp, cols):
+    """A kernel join_function: one output per input, its id doubled."""
+    return {"c_id": cols["c_id"], "twice": cols["o_id"] * 2}
+
+
+def relational_flow() -> Dataflow:
+    flow = Dataflow()
+    o = flow.input("orders", ORDERS)
+    c = flow.input("customers", CUSTOMERS)
+    j = o.arrange_by_key("c_id").join(c.arrange_by_key("c_id"), on=["c_id"])
+    flow.output("revenue", j.sum("total", by=["segment"]))
+    flow.output("ids", o.sum("o_id", by=["status"]))
+    flow.output("orders_per", j.count(by=["segment"]))
+    flow.output("first_name", j.min("name", by=["segment"]))
+    flow.output("latest", o.max("placed", by=["c_id"]))
+    flow.output("last_at", o.max("at", by=["rush"]))
+    flow.output("best", o.max("score", by=["status"]))
+    flow.output("top", o.top_k(2, order_by="total", by=["c_id"]))
+    flow.output("top_expr", o.map("c_id", "status", "total").top_k(
+        1, order_by="-total", by=["status"]))
+    flow.output("statuses", o.map("c_id", "status").distinct())
+    flow.output("twice", o.map("status", "rush").threshold("CASE WHEN count >= 2 THEN 1 ELSE 0 END"))
+    flow.output("lonely", c.antijoin(o, on=["c_id"]))
+    flow.output("kept", o.semijoin(c.filter("segment IS NOT NULL"), on=["c_id"]))
+    flow.output("positive", o.map("c_id", "score").filter("score IS NOT NULL").reduce(
+        by=["c_id"], kernel=count_positive, schema="positive BIGINT"))
+    flow.output("kernel_map", o.map("c_id", "o_id").join_function(
+        kernel=doubled, schema="c_id BIGINT, twice BIGINT").count(by=["twice"]))
+    return flow
+
+
+def _maybe(s):
+    return st.one_of(st.none(), s)
+
+
+order = st.tuples(
+    st.integers(0, 5), st.integers(0, 3), _maybe(st.sampled_from(["new", "paid", "é"])),
+    _maybe(st.sampled_from([Decimal("1.50"), Decimal("-2.25"), Decimal("0.00"),
+                            Decimal("9999999999.99")])),
+    _maybe(st.sampled_from([dt.date(2020, 1, 1), dt.date(1969, 12, 31)])),
+    _maybe(st.sampled_from([dt.datetime(2021, 5, 6, 7, 8, 9, 123456),
+                            dt.datetime(1970, 1, 1)])),
+    _maybe(st.sampled_from([0.5, -1.25, 0.0, 3.0])), _maybe(st.booleans()))
+customer = st.tuples(st.integers(0, 4), _maybe(st.sampled_from(["ann", "bob", ""])),
+                     _maybe(st.sampled_from(["retail", "corp"])))
+
+
+def _updates(records):
+    return st.lists(st.tuples(records, st.integers(0, HORIZON - 1),
+                              st.sampled_from([-1, 1, 1, 2])), max_size=14)
+
+
+def _table(ddl: str, updates) -> pa.Table:
+    schema = StructType.fromDDL(f"{ddl}, time BIGINT, diff BIGINT")
+    arrow = to_arrow_schema(schema)
+    rows = [tuple(r) + (t, d) for r, t, d in updates]
+    cols = list(zip(*rows)) if rows else [[] for _ in schema.fields]
+    return pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(cols, arrow)],
+                                schema=arrow)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(orders=_updates(order), customers=_updates(customer),
+       cuts=st.sets(st.integers(1, HORIZON - 1), max_size=3).map(
+           lambda s: sorted(s) + [HORIZON]))
+def test_every_type_on_the_driver_matches_reference_and_spark(spark, conf, orders, customers,
+                                                                cuts):
+    flow = relational_flow()
+    inputs = {"orders": (ORDERS, orders), "customers": (CUSTOMERS, customers)}
+    expected = reference(spark, flow.outputs, {n: u for n, (_, u) in inputs.items()})
+    ours, theirs = Runner(flow, conf=conf, spark=spark), \
+        Runner(flow, conf=conf | SPARK_ONLY, spark=spark)
+    lo = 0
+    for upto in cuts:
+        feed = {n: _table(ddl, [u for u in ups if lo <= u[1] < upto])
+                for n, (ddl, ups) in inputs.items()}
+        assert ours.step(feed, upto=upto).host
+        theirs.step(feed, upto=upto)
+        lo = upto
+        for name in flow.outputs:
+            got = rows_of(ours.output(name))
+            assert got == [u for u in expected[name] if u[1] < upto], (name, upto)
+            assert got == rows_of(theirs.output(name)), (name, upto)
+
+
+def test_a_sum_beyond_int64_steps_on_spark(spark, conf):
+    """A DECIMAL sum the driver cannot hold in int64 is computed by Spark, exactly."""
+    flow = Dataflow()
+    flow.output("s", flow.input("o", "k BIGINT, x DECIMAL(18,0)").sum("x", by=["k"]))
+    runner = Runner(flow, conf=conf, spark=spark)
+    big = Decimal(10**17 * 9)
+    table = _table("k BIGINT, x DECIMAL(18,0)", [((1, big), 0, 1), ((1, big), 0, 1)] * 4)
+    result = runner.step({"o": table}, upto=1)
+    assert not result.host
+    assert rows_of(runner.output("s")) == [((1, big * 8), 0, 1)]

@@ -6,6 +6,13 @@ expressions (parsed by sqlglot) to pyarrow.compute with Spark's types and result
 cannot match exactly raises NotCompiled (at compile time) or Fallback (rows at run time whose
 Spark answer is an error, or a case not reproduced): the caller then uses Catalyst, which gives
 Spark's own answer or error, so ANSI on or off both stay exact.
+
+Subset: column refs, literals (INT/BIGINT by size, 1L/1S/1Y, 1.5 as DECIMAL(2,1), 1e3 as
+DOUBLE, strings, TRUE/FALSE, NULL, DATE '...', TIMESTAMP '...'), + - * % (integral), / (to
+DOUBLE), unary -, abs over TINYINT..BIGINT, DOUBLE and DECIMAL (Spark's precision and scale
+up to 38), comparisons and <=>, AND/OR/NOT, IS [NOT] NULL, IN, BETWEEN, CASE, IF, COALESCE,
+upper/lower (ASCII), length, concat/||, substring, CAST among integral, DOUBLE, DECIMAL,
+BOOLEAN, STRING, DATE and TIMESTAMP where exact (tests/test_expressions.py proves each).
 """
 from __future__ import annotations
 
@@ -22,7 +29,6 @@ import sqlglot
 from sqlglot import exp
 
 from plans import ir
-from plans.ir import PlanError
 
 DIFF = "diff"
 
@@ -393,8 +399,8 @@ def _comparison(op: str):
 
 
 def _compare(op: str, a: Expr, b: Expr) -> Expr:
-    if a.type == NULL:
-        return _const(None, BOOL)
+    if a.type == NULL:  # both operands untyped NULLs
+        return _const(op == "null_safe" or None, BOOL)
     if op == "null_safe":
         def fn(tbl):
             x, y = _no_nan(a.fn(tbl)), _no_nan(b.fn(tbl))
@@ -806,7 +812,8 @@ def compile_stages(stages: tuple, schema: pa.Schema, time_col: str = "time") -> 
     """The Arrow form of `stages` (Map, Filter, Negate, TemporalFilter) over updates of
     `schema` (records, then `time_col` and `diff`), cached by (stages, schema, time_col).
     Raises NotCompiled when a stage or expression is outside the supported subset, and
-    PlanError for a temporal bound that is not an integer (as executor/linear.py does)."""
+    PlanError where executor/linear.py does (a temporal bound that is not an integer, output
+    columns that break plans.ir.check_stage_columns)."""
     key = (tuple(stages), schema, time_col)
     hit = _CACHE.get(key)
     if hit is None:
@@ -830,21 +837,9 @@ def _compile(stages, schema: pa.Schema, time_col: str) -> Compiled:
         if builder is None:
             raise NotCompiled(f"stage {stage.label()}")
         step, current = builder(stage, current, time_col)
-        _check_columns(current, time_col, stage)
+        ir.check_stage_columns(current.names, [time_col], stage)
         steps.append(step)
     return Compiled(current, steps, schema)
-
-
-def _check_columns(schema: pa.Schema, time_col, stage):
-    """linear.py's output-column rules; a breach goes to Catalyst, which raises its error."""
-    names = [n.lower() for n in schema.names]
-    recs = names[:-2]
-    if not recs or len(set(recs)) != len(recs) or {time_col.lower(), DIFF} & set(recs):
-        raise NotCompiled(f"{stage.label()}: output columns {schema.names[:-2]} break a rule")
-
-
-def _field(name: str, t: pa.DataType) -> pa.Field:
-    return pa.field(name, t)
 
 
 def _map(stage: ir.Map, schema: pa.Schema, time_col):
@@ -864,7 +859,7 @@ def _map(stage: ir.Map, schema: pa.Schema, time_col):
             raise NotCompiled(f"unaliased expression {text!r} (Spark names it)")
         outs.append((name, e))
     n_in = len(schema)
-    out_schema = pa.schema([_field(n, e.type) for n, e in outs]
+    out_schema = pa.schema([pa.field(n, e.type) for n, e in outs]
                            + [schema.field(n_in - 2), schema.field(n_in - 1)])
 
     def step(tbl: pa.Table) -> pa.Table:
@@ -904,8 +899,7 @@ def _temporal_filter(stage: ir.TemporalFilter, schema: pa.Schema, time_col):
             continue
         e = c.compile(c.parse(text))
         if not _integral(e.type):
-            raise PlanError(f"{stage.label()}: bound '{text}' has type {simple_string(e.type)}; "
-                            f"rule: temporal bounds are integer times")
+            raise ir.temporal_bound_error(stage, text, simple_string(e.type))
         bounds.append(_to(e, pa.int64()))
     lower, upper = bounds
     ti, di = len(schema) - 2, len(schema) - 1

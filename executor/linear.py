@@ -36,7 +36,7 @@ def apply(df: DataFrame, stages: tuple[ir.Stage, ...], time_cols: list[str],
             df = kernels.apply(df, run, time_cols, backend)
         else:
             df = _EXPRESSION[type(run[0])](df, run[0], time_cols)
-        _check_columns(df, time_cols, run[-1])
+        ir.check_stage_columns(df.columns, time_cols, run[-1])
     return df
 
 
@@ -115,21 +115,8 @@ def _bound(df, expr, s) -> str:
         return "CAST(NULL AS BIGINT)"
     kind = df.selectExpr(expr).schema[0].dataType
     if not isinstance(kind, INTEGRAL):
-        raise PlanError(f"{s.label()}: bound '{expr}' has type {kind.simpleString()}; "
-                        f"rule: temporal bounds are integer times")
+        raise ir.temporal_bound_error(s, expr, kind.simpleString())
     return f"CAST(({expr}) AS BIGINT)"
-
-
-def _check_columns(df, time_cols, stage):
-    names = [c.lower() for c in df.columns]
-    for reserved in (*time_cols, DIFF):
-        if names.count(reserved) != 1:
-            raise PlanError(f"{stage.label()}: output uses reserved column name '{reserved}'")
-    recs = record_columns(df, time_cols)
-    if not recs:
-        raise PlanError(f"{stage.label()}: produces no record columns")
-    if len({c.lower() for c in recs}) != len(recs):
-        raise PlanError(f"{stage.label()}: duplicate output column names {recs}")
 
 
 _EXPRESSION = {

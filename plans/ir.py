@@ -106,6 +106,27 @@ class Kernel(Stage):
         return f"kernel({getattr(self.fn, '__name__', 'fn')} -> {self.schema})"
 
 
+def check_stage_columns(columns: list[str], time_cols: list[str], stage: Stage) -> None:
+    """The output columns of a linear stage, wherever it runs (Spark or Arrow): each time
+    column and diff exactly once, at least one record column, record names unique ignoring
+    case."""
+    names = [c.lower() for c in columns]
+    for reserved in (*time_cols, "diff"):
+        if names.count(reserved) != 1:
+            raise PlanError(f"{stage.label()}: output uses reserved column name '{reserved}'")
+    recs = [c for c in columns if c not in time_cols and c != "diff"]
+    if not recs:
+        raise PlanError(f"{stage.label()}: produces no record columns")
+    if len({c.lower() for c in recs}) != len(recs):
+        raise PlanError(f"{stage.label()}: duplicate output column names {recs}")
+
+
+def temporal_bound_error(stage: TemporalFilter, expr: str, type_name: str) -> PlanError:
+    """A temporal_filter bound whose type (Spark's name for it) is not an integer."""
+    return PlanError(f"{stage.label()}: bound '{expr}' has type {type_name}; "
+                     f"rule: temporal bounds are integer times")
+
+
 # --------------------------------------------------------------------------- nodes
 @dataclass(frozen=True)
 class Node:

@@ -56,14 +56,21 @@ def output(node: ir.Reduce, acc: DataFrame, records: list[str], backend: str,
                                    f"CAST(({red.expr}) AS BIGINT) AS {M}")
                 .where(F.col(M) != 0))
     if red.kind == "top_k":
-        order = [F.expr(red.expr).asc_nulls_first()] + [F.col(q(c)).asc_nulls_first()
-                                                        for c in records]
+        order = [_sort(F.expr(e), desc, nulls_first) for e, desc, nulls_first in red.order]
+        order += [F.col(q(c)).asc_nulls_first() for c in records]
         w = Window.partitionBy(*by).orderBy(*order).rowsBetween(Window.unboundedPreceding, 0)
         ranked = acc.where(F.col(M) > 0).withColumn("__before", F.sum(M).over(w) - F.col(M))
         return (ranked.where(F.col("__before") < red.k)
                 .select(*map(q, records), *grid,
                         F.least(F.col(M), F.lit(red.k) - F.col("__before")).alias(M)))
     raise PlanError(f"{node.label()}: unknown reduction {red.kind}")
+
+
+def _sort(col, descending: bool, nulls_first: bool):
+    """One sort key of top_k (plans/ordering.py)."""
+    if descending:
+        return col.desc_nulls_first() if nulls_first else col.desc_nulls_last()
+    return col.asc_nulls_first() if nulls_first else col.asc_nulls_last()
 
 
 def delta(node: ir.Reduce, view: View, pending, frontier: int, upto, time_cols, empty,

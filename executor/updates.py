@@ -108,8 +108,9 @@ def _read_csv(spark: SparkSession, name: str, src: CsvSource, schema: StructType
         raise InputError(name, "-", "not a readable csv file", _first_line(e)) from None
     if src.header:
         declared = {f.name.lower() for f in schema.fields}
-        other = [d for d in DELIMITERS if d != src.delimiter and d in columns[0]]
-        if len(columns) == 1 and other and columns[0].lower() not in declared:
+        other = [d for d in DELIMITERS if d != src.delimiter and len(columns) == 1
+                 and d in columns[0]]
+        if other and columns[0].lower() not in declared:
             d = other[0]
             raise InputError(name, "-", f"the header is one field holding {DELIMITERS[d]}s "
                                         f"({columns[0][:80]!r})",

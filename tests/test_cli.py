@@ -308,3 +308,19 @@ def test_triangles_verb_counts_a_snap_text_file(tmp_path):
     assert missing.returncode == 2 and "file not found" in missing.stderr
     both = cli("triangles", "--edges", path, "--stream", "2", "--steps", "3")
     assert both.returncode == 2 and "give --steps or --stream, not both" in both.stderr
+
+
+def test_csv_option_reads_another_dialect(tmp_path):
+    """`--csv-option NAME.delimiter=;` with RFC 4180 quoting (a doubled quote inside a
+    quoted field) through `run`, and the hint when the option is missing."""
+    plan = _plan(tmp_path, 'def build(flow):\n'
+                           '    flow.output("out", flow.input("xs", "k BIGINT, s STRING"))\n')
+    data = tmp_path / "xs.csv"
+    data.write_text('k;s\n1;"a; ""b"""\n2;NA\n')
+    hint = cli("run", plan, "--input", f"xs={data}", "--output", tmp_path / "o1", tmp=tmp_path)
+    assert hint.returncode == 2 and "--csv-option xs.delimiter=';'" in hint.stderr, hint.stderr
+    done = cli("run", plan, "--input", f"xs={data}", "--csv-option", "xs.delimiter=;",
+               "--csv-option", "xs.null_value=NA", "--output", tmp_path / "out", tmp=tmp_path)
+    assert done.returncode == 0, done.stderr
+    got = pq.read_table(tmp_path / "out" / "out").to_pydict()
+    assert sorted(zip(got["k"], got["s"])) == [(1, 'a; "b"'), (2, None)]

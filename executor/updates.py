@@ -165,7 +165,8 @@ def normalise(name: str, df: DataFrame, schema: StructType, frontier: int,
     for f in schema.fields:
         if f.name.lower() not in given:
             raise InputError(name, f.name, "missing column", f"expected {f.dataType.simpleString()}")
-        _all_null(name, given[f.name.lower()], None if f.nullable else "null in a NOT NULL column")
+        _all_null(name, given[f.name.lower()],
+                  None if f.nullable else "null in a NOT NULL column")
         value = _typed(name, given[f.name.lower()], f.dataType, checks)
         cols.append(value.alias(f.name))
         if not f.nullable:

@@ -8,8 +8,8 @@ import re
 from .ir import PlanError
 from .schema import split_top_level
 
-_SUFFIX = re.compile(r"^(?P<expr>.*?)(?:\s+(?P<dir>ASC|DESC))?(?:\s+NULLS\s+(?P<nulls>FIRST|LAST))?$",
-                     re.IGNORECASE | re.DOTALL)
+_SUFFIX = re.compile(r"^(?P<expr>.*?)(?:\s+(?P<dir>ASC|DESC))?"
+                     r"(?:\s+NULLS\s+(?P<nulls>FIRST|LAST))?$", re.IGNORECASE | re.DOTALL)
 # a direction word left over once a valid suffix is stripped ("x DESC NULLS")
 _STRAY = re.compile(r"\s(?:ASC|DESC|NULLS)\b[\w\s]*$", re.IGNORECASE)
 

@@ -285,7 +285,8 @@ def test_reductions_are_type_checked_when_the_plan_is_built(spark, conf):
             (lambda e: e.top_k(1, order_by="tags DESC"), ["top_k", "MAP", "order"]),
             (lambda e: e.min("nope"), ["no column 'nope'", "g, name, tags"])]:
         flow = Dataflow()
-        flow.output("bad", build(flow.input("e", "g BIGINT, name STRING, tags MAP<STRING, BIGINT>")))
+        e = flow.input("e", "g BIGINT, name STRING, tags MAP<STRING, BIGINT>")
+        flow.output("bad", build(e))
         with pytest.raises(PlanError) as e:
             Runner(flow, conf=conf, spark=spark)
         assert all(w in str(e.value) for w in words), str(e.value)

@@ -154,7 +154,7 @@ def values(r):
 
 
 def test_csv_rfc4180_quoting_round_trips(spark, conf, tmp_path):
-    """Quotes doubled inside a quoted field, commas and a line break, as Python's csv module
+    """Quotes doubled inside a quoted field and commas, as Python's csv module
     and pandas write them, come back as they were."""
     import csv as pycsv
 

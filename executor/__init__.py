@@ -5,7 +5,7 @@ load on a machine without pyspark, such as a bare GPU box.
 """
 from .errors import InputError, PlanError, StateError, StepError
 
-__all__ = ["InputError", "PlanError", "Runner", "StateError", "StepError", "StepResult"]
+__all__ = ["InputError", "PlanError", "Runner", "StateError", "StepError", "StepResult", "csv"]
 
 
 def __getattr__(name):
@@ -13,4 +13,8 @@ def __getattr__(name):
         from . import runner
 
         return getattr(runner, name)
+    if name == "csv":
+        from .updates import csv
+
+        return csv
     raise AttributeError(f"module 'executor' has no attribute {name!r}")

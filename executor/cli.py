@@ -2,7 +2,7 @@
 
     python -m executor run PLAN.py --input NAME=PATH ... --output DIR
            [--conf cpu|gpu|FILE] [--conf key=value ...] [--steps K] [--upto T] [--no-optimize]
-           [--state STATE_DIR]
+           [--state STATE_DIR] [--csv-option NAME.KEY=VALUE ...]
     python -m executor explain PLAN.py [--no-optimize]
     python -m executor demo [--events N] [--steps K] [--conf ...]
     python -m executor triangles --edges PATH [--output DIR] [--steps K] [--conf ...]
@@ -93,6 +93,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("plan", metavar="PLAN.py", help="Python file defining build(flow)")
     r.add_argument("--input", action="append", default=[], metavar="NAME=PATH",
                    help="Parquet or CSV file or folder for the input NAME (repeatable)")
+    r.add_argument("--csv-option", action="append", default=[], metavar="NAME.KEY=VALUE",
+                   help="a CSV option of input NAME: delimiter, header (true|false), "
+                        "null_value, quote, escape (repeatable; \\t is a tab)")
     r.add_argument("--output", required=True, metavar="DIR", help="output folder")
     r.add_argument("--conf", action="append", default=[], metavar="PROFILE|KEY=VALUE",
                    help=conf_help)
@@ -124,8 +127,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="Parquet, CSV with header src,dst[,time,diff], or SNAP text")
     t.add_argument("--output", default=None, metavar="DIR",
                    help="also write DIR/triangles/ (count, time, diff) as Parquet")
-    t.add_argument("--steps", type=_positive_int, default=1, metavar="K",
-                   help="split the distinct input times into K steps (default 1)")
+    t.add_argument("--steps", type=_positive_int, default=None, metavar="K",
+                   help="split the distinct input times into K steps (default 1; not with "
+                        "--stream)")
     t.add_argument("--stream", type=_positive_int, default=None, metavar="K",
                    help="after loading, K steps of random edge changes (demo)")
     t.add_argument("--batch", type=_positive_int, default=200, metavar="B",
@@ -210,6 +214,35 @@ def parse_inputs(values: list[str], flow: Dataflow) -> dict[str, str]:
     return paths
 
 
+def parse_csv_options(values: list[str], paths: dict[str, str]) -> dict:
+    """`--csv-option NAME.KEY=VALUE` values: each named input becomes csv(path, KEY=VALUE,
+    ...) (executor.updates.csv); the others stay paths."""
+    import inspect
+
+    from .updates import csv
+    keys = [k for k in inspect.signature(csv).parameters if k != "path"]
+    options: dict[str, dict] = {}
+    for item in values:
+        target, sep, value = item.partition("=")
+        name, dot, key = target.partition(".")
+        if not sep or not dot:
+            raise CliError(f"--csv-option {item!r}: expected NAME.KEY=VALUE")
+        if name not in paths:
+            raise CliError(f"--csv-option {item!r}: no --input {name}")
+        if key not in keys:
+            raise CliError(f"--csv-option {item!r}: unknown option {key!r} (options: "
+                           f"{', '.join(keys)})")
+        if key == "header":
+            if value.lower() not in ("true", "false"):
+                raise CliError(f"--csv-option {item!r}: header is true or false")
+            value = value.lower() == "true"
+        elif value == "\\t":
+            value = "\t"
+        options.setdefault(name, {})[key] = value
+    return {name: csv(path, **options[name]) if name in options else path
+            for name, path in paths.items()}
+
+
 # ---------------------------------------------------------------------------- plan files
 def load_plan(path: str) -> Dataflow:
     """The Dataflow that PLAN.py's `build(flow)` declares."""
@@ -277,6 +310,7 @@ def cmd_run(args) -> int:
     paths = parse_inputs(args.input, flow)
     for name, path in paths.items():  # fail fast, before a JVM starts
         _check_path(name, path)
+    sources = parse_csv_options(args.csv_option, paths)
     for name in flow.inputs:
         if name not in paths:
             print(f"note: input '{name}' has no --input; it is empty", flush=True)
@@ -286,7 +320,7 @@ def cmd_run(args) -> int:
         runner = Runner(flow, conf=conf, optimize=args.optimize, state=args.state)
     try:
         with _spark_errors(lambda e: StepError(f"run refused: {e}")):
-            run_plan(runner, paths, args.output, args.steps, args.upto)
+            run_plan(runner, sources, args.output, args.steps, args.upto)
     finally:
         _stop(runner.spark)
     return 0
@@ -307,6 +341,10 @@ def cmd_demo(args) -> int:
 
 
 def cmd_triangles(args) -> int:
+    if args.stream and args.steps is not None:
+        raise CliError("triangles: --steps splits the input's times into steps; with "
+                       "--stream K the run is the load and K steps of random changes "
+                       "(give --steps or --stream, not both)")
     conf = conf_from_args(args.conf)
     if not os.path.exists(args.edges):
         raise InputError("edges", "-", "file not found", args.edges)
@@ -319,9 +357,9 @@ def cmd_triangles(args) -> int:
         with _spark_errors(lambda e: StepError(f"triangles failed: {e}")):
             if args.stream:
                 triangles.stream_demo(spark, conf, args.edges, args.stream, args.batch,
-                                      args.seed, kernel_backend(conf))
+                                      args.seed, kernel_backend(conf), args.output)
             else:
-                for line in triangles.triangles_main(spark, conf, args.edges, args.steps,
+                for line in triangles.triangles_main(spark, conf, args.edges, args.steps or 1,
                                                      args.output, kernel_backend(conf)):
                     print(line, flush=True)
     finally:
@@ -348,10 +386,10 @@ def _check_path(name: str, path: str) -> None:
 
 
 # ---------------------------------------------------------------------------- running
-def run_plan(runner, paths: dict[str, str], output: str, steps: int = 1,
+def run_plan(runner, paths: dict, output: str, steps: int = 1,
              upto: Optional[int] = None) -> None:
-    """Read the inputs once, feed them in `steps` steps over their distinct times, close
-    (unless `upto`), write every output to `output`/NAME/."""
+    """Read the inputs (paths or csv(...) sources) once, feed them in `steps` steps over
+    their distinct times, close (unless `upto`), write every output to `output`/NAME/."""
     from pyspark import StorageLevel
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F

@@ -2,6 +2,9 @@
 can print it as is; raising one always means the step was refused and nothing changed."""
 from __future__ import annotations
 
+import difflib
+import re
+
 from plans.ir import PlanError
 
 __all__ = ["InputError", "PlanError", "StateError", "StepError"]
@@ -24,3 +27,22 @@ class StepError(RuntimeError):
 class StateError(RuntimeError):
     """A state directory that cannot be used as asked (locked by another runner, written by
     another plan, repeated steps with different inputs): nothing was read or changed."""
+
+
+INTERNAL = re.compile(r"^__|^(time|diff)$")  # the executor's columns, never the user's
+
+
+def analysis_message(e, columns: list[str]) -> str:
+    """Spark's analysis error (an AnalysisException) in the user's words. An unknown column
+    lists the operator's input columns and the closest ones; Spark's own suggestions would
+    name the executor's internal columns (`__gt`, `__m`)."""
+    mine = [c for c in columns if not INTERNAL.search(c)]
+    condition = e.getCondition() or ""
+    if condition.startswith("UNRESOLVED_COLUMN"):
+        wanted = e.getMessageParameters().get("objectName", "?")
+        close = difflib.get_close_matches(wanted.strip("`").split(".")[-1], mine, n=3)
+        return (f"no column {wanted}" + (f"; did you mean {', '.join(close)}?" if close else "")
+                + f" (the input's columns: {', '.join(mine)})")
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    first = lines[0][:500] if lines else type(e).__name__
+    return re.sub(r",?\s*`__\w+`", "", first)

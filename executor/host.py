@@ -41,7 +41,7 @@ from .encoding import NULL_CODE, NoCode, fits
 from .mirror import Mirror, run_of
 from .time import DIFF, TIME
 from .trace import Trace
-from .updates import normalise, read_source
+from .updates import CsvSource, normalise, read_source
 
 _INTEGRAL = ("byte", "short", "integer", "long")
 _HOSTED = (ir.Input, ir.Linear, ir.Concat, ir.Consolidate, ir.Arrange, ir.Join, ir.Query,
@@ -441,7 +441,7 @@ def step(runner, updates: dict, upto: Optional[int]) -> Optional[tuple[dict, dic
             not isinstance(s, Trace) and s is not None for s in runner._state.values()):
         return None  # held-back updates wait in Spark frames
     limit = host_step_rows(runner.conf)
-    if any(isinstance(s, (str, os.PathLike)) for s in updates.values()):
+    if any(isinstance(s, (str, os.PathLike, CsvSource)) for s in updates.values()):
         return None  # files are read by Spark
     sources = {}
     for name, source in updates.items():

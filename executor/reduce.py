@@ -16,6 +16,7 @@ from functools import reduce as fold
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, MapType, NumericType, StructType
 
 from plans import ir
 from plans.ir import PlanError
@@ -33,6 +34,7 @@ def output(node: ir.Reduce, acc: DataFrame, records: list[str], backend: str,
     """Per (key, grid time): the reduction's output records with multiplicity M, from the
     accumulated multiset `acc` (keys, grid time columns, records, M != 0)."""
     red = node.reduction
+    check_types(node, acc, records)
     by = [*map(q, node.by), *grid]
     if red.kind == "kernel":
         return kernels.reduce_groups(acc, list(node.by), red, list(grid), M, backend)
@@ -56,14 +58,57 @@ def output(node: ir.Reduce, acc: DataFrame, records: list[str], backend: str,
                                    f"CAST(({red.expr}) AS BIGINT) AS {M}")
                 .where(F.col(M) != 0))
     if red.kind == "top_k":
-        order = [F.expr(red.expr).asc_nulls_first()] + [F.col(q(c)).asc_nulls_first()
-                                                        for c in records]
+        order = [_sort(F.expr(e), desc, nulls_first) for e, desc, nulls_first in red.order]
+        order += [F.col(q(c)).asc_nulls_first() for c in records]
         w = Window.partitionBy(*by).orderBy(*order).rowsBetween(Window.unboundedPreceding, 0)
         ranked = acc.where(F.col(M) > 0).withColumn("__before", F.sum(M).over(w) - F.col(M))
         return (ranked.where(F.col("__before") < red.k)
                 .select(*map(q, records), *grid,
                         F.least(F.col(M), F.lit(red.k) - F.col("__before")).alias(M)))
     raise PlanError(f"{node.label()}: unknown reduction {red.kind}")
+
+
+def check_types(node: ir.Reduce, acc: DataFrame, records: list[str]) -> None:
+    """Refuse, when the plan is built (the Runner resolves every operator on empty inputs),
+    a reduction its column's type cannot take: sum needs a number, min, max and top_k's
+    order keys a type with an order (no MAP). Spark would fail only at the first step."""
+    red = node.reduction
+    where = f"{red.kind}({red.column or red.expr})"
+    if red.kind in ("sum", "min", "max"):
+        if red.column not in records:
+            raise PlanError(f"{where}: no column '{red.column}'; the input's columns are "
+                            f"{', '.join(records)}")
+        keys = [(red.column, acc.schema[red.column].dataType)]
+    elif red.kind == "top_k":
+        keys = [(e, acc.select(F.expr(e)).schema.fields[0].dataType) for e, _, _ in red.order]
+    else:
+        return
+    for column, dtype in keys:
+        rule = None
+        if red.kind == "sum" and not isinstance(dtype, NumericType):
+            rule = "sum needs a numeric column"
+        elif red.kind != "sum" and not _orderable(dtype):
+            rule = f"{red.kind} needs a column with an order (not a MAP)"
+        if rule:
+            raise PlanError(f"{where}: column '{column}' is {dtype.simpleString().upper()}; "
+                            f"rule: {rule}")
+
+
+def _orderable(dtype) -> bool:
+    if isinstance(dtype, MapType):
+        return False
+    if isinstance(dtype, ArrayType):
+        return _orderable(dtype.elementType)
+    if isinstance(dtype, StructType):
+        return all(_orderable(f.dataType) for f in dtype.fields)
+    return type(dtype).__name__ != "VariantType"
+
+
+def _sort(col, descending: bool, nulls_first: bool):
+    """One sort key of top_k (plans/ordering.py)."""
+    if descending:
+        return col.desc_nulls_first() if nulls_first else col.desc_nulls_last()
+    return col.asc_nulls_first() if nulls_first else col.asc_nulls_last()
 
 
 def delta(node: ir.Reduce, view: View, pending, frontier: int, upto, time_cols, empty,

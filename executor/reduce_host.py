@@ -177,7 +177,7 @@ def _top_k(step, node, g, acc, m, kinds, records, schema):
     positive = xp.nonzero(m > 0)[0]
     g, m = xp.take(g, positive), xp.take(m, positive)
     acc = {c: xp.take(v, positive) for c, v in acc.items()}
-    order = getattr(red, "order", ()) or ((red.expr, False, True),)
+    order = red.order
     keys = [xp.asarray(rank(v, descending, nulls_first)) for v, (_, descending, nulls_first)
             in zip(_values(step, acc, kinds, records, [e for e, _, _ in order]), order)]
     keys += [xp.asarray(order_keys(step.encoder, to_numpy(xp, acc[c]), kinds[c]))

@@ -32,7 +32,7 @@ from . import reduce as reduce_ops
 from .config import kernel_backend, load_conf, local_query_rows, partitions
 from .consolidate import consolidate
 from .encoding import Encoder
-from .errors import InputError, StepError
+from .errors import InputError, StepError, analysis_message
 from .session import spark_session
 from .lateness import holds_back, late
 from .running import appended as count_appended, counted
@@ -149,7 +149,8 @@ class Runner:
         try:
             df = self._operator(node, kids, step)
         except AnalysisException as e:
-            raise PlanError(f"{node.label()}: {_first_line(e)}") from None
+            columns = [c for k in kids for c in k.columns]
+            raise PlanError(f"{node.label()}: {analysis_message(e, columns)}") from None
         if isinstance(node, (ir.Reduce, ir.Query, ir.Iterate)) and not step.resolving \
                 and node not in step.empty and not is_computed(df):
             df = materialise(df)  # computed once, however many operators read it

@@ -146,11 +146,12 @@ def incremental(spark, conf: dict, edges: DataFrame, steps: int,
 
 # --------------------------------------------------------------------------- flagship demo
 def stream_demo(spark, conf: dict, path: str, steps: int, batch: int, seed: int,
-                backend: str = "numpy") -> None:
+                backend: str = "numpy", output: Optional[str] = None) -> None:
     """Load a graph at time 0, then `steps` batches of `batch` random changes (half
     deletions of present edges, half insertions of new ones), each one step of the triangle
     dataflow; print the count, its change, latency and memory per step, and check the final
-    count against a static recount by the kernel."""
+    count against a static recount by the kernel. `output`: the count's changes go to
+    OUTPUT/triangles/ as in the verb's other modes."""
     import numpy as np
 
     from .runner import Runner
@@ -190,6 +191,8 @@ def stream_demo(spark, conf: dict, path: str, steps: int, batch: int, seed: int,
         before = now
     final = static_count(spark.createDataFrame(sorted(present), "src BIGINT, dst BIGINT"),
                          backend)
+    if output:
+        write_counts(runner.output("triangles"), output)
     status = "OK" if final == before else "MISMATCH"
     print(f"check: static recount of the final graph = {final} ({status})", flush=True)
     if final != before:
@@ -210,12 +213,16 @@ def triangles_main(spark, conf: dict, path: str, steps: int, output: Optional[st
     if TIME not in edges.columns and DIFF not in edges.columns:
         n = static_count(edges, backend)
         if output:
-            spark.createDataFrame([(n, 0, 1)], "count BIGINT, time BIGINT, diff BIGINT") \
-                .write.mode("overwrite").parquet(output.rstrip("/") + "/triangles")
+            write_counts(spark.createDataFrame([(n, 0, 1)],
+                                               "count BIGINT, time BIGINT, diff BIGINT"), output)
         return [f"triangles={n}"]
     runner, times, counts = incremental(
         spark, conf, edges, steps, report=lambda m: print(m, file=sys.stderr, flush=True))
     if output:
-        runner.output("triangles").write.mode("overwrite").parquet(
-            output.rstrip("/") + "/triangles")
+        write_counts(runner.output("triangles"), output)
     return [f"time={t} triangles={n}" for t, n in zip(times, counts)]
+
+
+def write_counts(changes: DataFrame, output: str) -> None:
+    """The triangle count's changes (count, time, diff) to OUTPUT/triangles/ as Parquet."""
+    changes.write.mode("overwrite").parquet(output.rstrip("/") + "/triangles")

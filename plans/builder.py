@@ -10,6 +10,7 @@ from typing import Callable, Optional
 from . import ir
 from . import query as cq
 from .ir import PlanError
+from .ordering import sort_keys
 from .schema import column_names
 
 
@@ -260,11 +261,13 @@ class Collection:
                                                ir.Reduction("threshold", expr=expr)))
 
     def top_k(self, k: int, order_by: str, by=()) -> "Collection":
-        """Per key, the k least records by `order_by` (ties by the record), counting
+        """Per key, the first k records by `order_by` ("total DESC, name": SQL expressions,
+        each optionally ASC/DESC and NULLS FIRST/LAST; ties by the record), counting
         multiplicity."""
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise PlanError(f"top_k: k must be a positive integer, got {k!r}")
-        return self._reduce(by, ir.Reduction("top_k", expr=order_by, k=k), "top_k")
+        return self._reduce(by, ir.Reduction("top_k", expr=order_by, k=k,
+                                             order=sort_keys(order_by)), "top_k")
 
 
     # ---- iteration to a fixed point (times inside gain an iteration coordinate)

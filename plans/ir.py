@@ -300,6 +300,9 @@ class Reduction:
     k: Optional[int] = None
     fn: Optional[Callable] = None  # kernel: fn(xp, group, cols, count) (README "Reductions")
     schema: Optional[str] = None   # kernel: DDL of the columns fn returns
+    # top_k: (expr, descending, nulls_first) per sort key of `expr` (plans/ordering.py);
+    # ties are broken by the whole record ascending, nulls first
+    order: tuple = ()
 
     def label(self):
         args = [a for a in (self.column, self.expr, self.k, self.schema) if a is not None]

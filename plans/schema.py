@@ -5,17 +5,28 @@ from __future__ import annotations
 from .ir import RESERVED, PlanError
 
 
-def split_top_level(text: str, sep: str = ",") -> list[str]:
-    """Split on `sep` outside <...>, (...) and backticks."""
-    parts, depth, quoted, cur = [], 0, False, []
+def split_top_level(text: str, sep: str = ",", brackets: str = "<(") -> list[str]:
+    """Split on `sep` outside brackets (`brackets` opens, its mirror closes: DDL nests
+    <...> and (...); SQL expressions, where `<` compares, only (...)), backticks and
+    quotes ('...', "...", a doubled or backslashed quote stays inside)."""
+    closing = {"<": ">", "(": ")", "[": "]"}
+    ends = "".join(closing[b] for b in brackets)
+    parts, depth, quote, cur, escaped = [], 0, None, [], False
     for ch in text:
-        if ch == "`":
-            quoted = not quoted
-        elif not quoted and ch in "<(":
+        if quote is not None:
+            if escaped:
+                escaped = False
+            elif ch == "\\" and quote != "`":
+                escaped = True
+            elif ch == quote:
+                quote = None  # a doubled quote closes and reopens: same result
+        elif ch in "`'\"":
+            quote = ch
+        elif ch in brackets:
             depth += 1
-        elif not quoted and ch in ">)":
+        elif ch in ends:
             depth -= 1
-        if ch == sep and depth == 0 and not quoted:
+        if ch == sep and depth == 0 and quote is None:
             parts.append("".join(cur))
             cur = []
         else:

@@ -180,8 +180,9 @@ class Interpreter:
             values = {c: row[0] for c, row in zip(counts, rows)}
         if red.kind == "top_k":
             recs = list(dict.fromkeys(r for r, _, _ in ups))
-            _, rows = self.sql.select(ddl, recs, [red.expr])
-            values = {r: row[0] for r, row in zip(recs, rows)}
+            _, rows = self.sql.select(ddl, recs, [f"({e}) AS __k{i}"
+                                                 for i, (e, _, _) in enumerate(red.order)])
+            values = {r: tuple(row) for r, row in zip(recs, rows)}
         col = names.index(red.column) if red.column else None
 
         def static(acc: Counter) -> Counter:
@@ -305,7 +306,7 @@ def _reduce_group(red: ir.Reduction, key: tuple, members, col, values):
     if red.kind == "threshold":
         return [(r, values[m]) for r, m in members if values[m]]
     if red.kind == "top_k":
-        ranked = sorted(positive, key=lambda rm: (_null_first(values[rm[0]]),
+        ranked = sorted(positive, key=lambda rm: (_Ordered(values[rm[0]], red.order),
                                                    _record_key(rm[0])))
         out, left = [], red.k
         for r, m in ranked:
@@ -346,6 +347,26 @@ def _plain(v):
 
 def _null_first(v):
     return (v is not None, v if v is not None else 0)
+
+
+class _Ordered:
+    """A record's top_k sort values, compared key by key as ORDER BY does: DESC reverses
+    the values, NULLS FIRST/LAST places nulls whatever the direction."""
+
+    def __init__(self, values: tuple, order: tuple):
+        self.values, self.order = values, order
+
+    def __eq__(self, other):
+        return self.values == other.values
+
+    def __lt__(self, other):
+        for a, b, (_, desc, nulls_first) in zip(self.values, other.values, self.order):
+            if a == b or (a is None and b is None):
+                continue
+            if a is None or b is None:
+                return (a is None) == nulls_first
+            return (a > b) if desc else (a < b)
+        return False
 
 
 def _record_key(rec):

@@ -186,3 +186,42 @@ def test_join_name_clash_is_an_error(spark, conf):
     flow.output("j", a.join(b, on=["k"]))
     with pytest.raises(PlanError, match="rename one side"):
         Runner(flow, conf=conf, spark=spark)
+
+
+T = "g BIGINT, total BIGINT, name STRING"
+ORDERS = ["total DESC", "total DESC, name", "total NULLS LAST, name DESC",
+          "total DESC NULLS FIRST, name ASC NULLS LAST", "name desc nulls last, -total"]
+
+
+def ordered_flow() -> Dataflow:
+    flow = Dataflow()
+    t = flow.input("t", T)
+    for i, order in enumerate(ORDERS):
+        flow.output(f"top{i}", t.top_k(2, order_by=order, by=["g"]))
+    flow.output("top_all", t.top_k(3, order_by="total DESC"))
+    return flow
+
+
+scored = st.tuples(st.tuples(st.integers(0, 1), st.one_of(st.none(), st.integers(-2, 2)),
+                             st.one_of(st.none(), st.sampled_from(["a", "b", "c"]))),
+                   st.integers(0, HORIZON - 1), st.sampled_from([-1, 1, 1, 2]))
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rows=st.lists(scored, max_size=16), cuts=cuts)
+def test_top_k_orders_match_reference(spark, conf, rows, cuts):
+    """DESC, NULLS FIRST/LAST and several keys, on streams with nulls and negative diffs."""
+    run_against_reference(spark, conf, ordered_flow(), {"t": (T, rows)}, cuts)
+
+
+def test_top_k_desc_keeps_the_largest(spark, conf):
+    rows = [((0, v, "x"), 0, 1) for v in (5, 1, 9, None, 7)]
+    runner = run_against_reference(spark, conf, ordered_flow(), {"t": (T, rows)}, [1])
+    assert sorted(r[0][1] for r in outputs_rows(runner, ["top_all"])["top_all"]) == [5, 7, 9]
+
+
+def test_top_k_refuses_what_is_not_a_direction():
+    t = Dataflow().input("t", T)
+    for bad in ("total DSC", "total AS x", "total DESC NULLS"):
+        with pytest.raises(PlanError, match="not ASC, DESC, NULLS FIRST or NULLS LAST"):
+            t.top_k(1, order_by=bad)

@@ -221,10 +221,12 @@ def _plan(tmp_path, text):
 
 
 @pytest.mark.parametrize("case", ["plan raises", "no build", "unknown input", "not parquet",
-                                  "missing file", "two profiles"])
+                                  "missing file", "two profiles", "csv option", "csv option input"])
 def test_errors_before_spark_are_one_line(tmp_path, case):
     data = tmp_path / "events.json"
     data.write_text("{}\n")
+    text = tmp_path / "events.csv"
+    text.write_text("user\n1\n")
     plans = {"plan raises": "def build(flow):\n    raise KeyError('boom')\n", "no build": "x = 1\n"}
     args = {
         "plan raises": [_plan(tmp_path, plans.get(case, ""))],
@@ -233,6 +235,9 @@ def test_errors_before_spark_are_one_line(tmp_path, case):
         "not parquet": [PLAN, "--input", f"events={data}"],
         "missing file": [PLAN, "--input", f"events={tmp_path / 'nope.csv'}"],
         "two profiles": [PLAN, "--conf", "cpu", "--conf", "gpu"],
+        "csv option": [PLAN, "--input", f"events={text}", "--csv-option", "events.sep=;"],
+        "csv option input": [PLAN, "--input", f"events={text}", "--csv-option",
+                             "history.delimiter=;"],
     }[case]
     done = cli("run", *args, "--output", tmp_path / "out")
     assert done.returncode == 2, done.stdout + done.stderr
@@ -245,6 +250,8 @@ def test_errors_before_spark_are_one_line(tmp_path, case):
         "not parquet": "input 'events', column '-': input files must be Parquet",
         "missing file": "input 'events', column '-': file not found",
         "two profiles": "at most one profile",
+        "csv option": "unknown option 'sep' (options: delimiter, header, null_value",
+        "csv option input": "'history.delimiter=;': no --input history",
     }[case] in message
     assert "spark log" not in done.stdout  # failed before a JVM started
 
@@ -299,3 +306,21 @@ def test_triangles_verb_counts_a_snap_text_file(tmp_path):
     assert proc.stdout.splitlines()[-1] == "triangles=2"
     missing = cli("triangles", "--edges", tmp_path / "none.txt")
     assert missing.returncode == 2 and "file not found" in missing.stderr
+    both = cli("triangles", "--edges", path, "--stream", "2", "--steps", "3")
+    assert both.returncode == 2 and "give --steps or --stream, not both" in both.stderr
+
+
+def test_csv_option_reads_another_dialect(tmp_path):
+    """`--csv-option NAME.delimiter=;` with RFC 4180 quoting (a doubled quote inside a
+    quoted field) through `run`, and the hint when the option is missing."""
+    plan = _plan(tmp_path, 'def build(flow):\n'
+                           '    flow.output("out", flow.input("xs", "k BIGINT, s STRING"))\n')
+    data = tmp_path / "xs.csv"
+    data.write_text('k;s\n1;"a; ""b"""\n2;NA\n')
+    hint = cli("run", plan, "--input", f"xs={data}", "--output", tmp_path / "o1", tmp=tmp_path)
+    assert hint.returncode == 2 and "--csv-option xs.delimiter=';'" in hint.stderr, hint.stderr
+    done = cli("run", plan, "--input", f"xs={data}", "--csv-option", "xs.delimiter=;",
+               "--csv-option", "xs.null_value=NA", "--output", tmp_path / "out", tmp=tmp_path)
+    assert done.returncode == 0, done.stderr
+    got = pq.read_table(tmp_path / "out" / "out").to_pydict()
+    assert sorted(zip(got["k"], got["s"])) == [(1, 'a; "b"'), (2, None)]

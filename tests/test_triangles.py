@@ -64,3 +64,16 @@ def test_bad_edge_lists_are_refused(spark, tmp_path):
     text.write_text("# comment\n1 2\n3 x\n")
     with pytest.raises(InputError, match="integers"):
         triangles.read_edges(spark, str(text))
+
+
+def test_stream_writes_its_counts_to_output(spark, conf, tmp_path, capsys):
+    """`triangles --stream` honours --output: the count's changes, as the other modes
+    write them, accumulate to the final count the demo prints."""
+    path = tmp_path / "g.txt"
+    path.write_text("0 1\n1 2\n2 0\n2 3\n3 1\n0 4\n4 1\n")
+    triangles.stream_demo(spark, conf, str(path), 2, 4, 3, output=str(tmp_path / "out"))
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("time=")]
+    final = int(printed[-1].split()[1].split("=")[1])
+    rows = spark.read.parquet(str(tmp_path / "out" / "triangles")).collect()
+    assert sorted(rows[0].asDict()) == ["count", "diff", "time"]
+    assert sum(r["count"] * r["diff"] for r in rows) == final  # the one record `count`

@@ -136,3 +136,169 @@ def test_snapshot_and_absent_time_and_diff(spark, conf):
     assert got == [(1, 1, 2), (2, None, 1)]
     with pytest.raises(PlanError, match="not final"):
         r.snapshot("out", at=3)
+
+
+# ---------------------------------------------------------------------------- issue 21
+SPARK_ONLY = {"diffspark.host.step_rows": "0"}
+
+
+def keep(spark, conf, ddl, extra=None):
+    """A runner whose output `out` is its input as given."""
+    flow = Dataflow()
+    flow.output("out", flow.input("xs", ddl))
+    return Runner(flow, conf=conf | (extra or {}), spark=spark)
+
+
+def values(r):
+    return sorted(tuple(x)[:-2] for x in r.output("out").collect())
+
+
+def test_csv_rfc4180_quoting_round_trips(spark, conf, tmp_path):
+    """Quotes doubled inside a quoted field and commas, as Python's csv module
+    and pandas write them, come back as they were."""
+    import csv as pycsv
+
+    import pandas as pd
+
+    texts = ['cust 13, "vip"', 'plain', '"', 'a,b', '']
+    path = tmp_path / "q.csv"
+    with open(path, "w", newline="") as f:
+        w = pycsv.writer(f)
+        w.writerow(["k", "s"])
+        w.writerows([(i, t) for i, t in enumerate(texts)])
+    pd.DataFrame({"k": range(len(texts)), "s": texts}).to_csv(tmp_path / "p.csv", index=False)
+    for source in (str(path), str(tmp_path / "p.csv")):
+        r = keep(spark, conf, "k BIGINT, s STRING")
+        r.step({"xs": source}, upto=1)
+        assert values(r) == [(i, t or None) for i, t in enumerate(texts)], source
+
+
+def test_csv_options_and_a_header_of_another_dialect(spark, conf, tmp_path):
+    from executor import csv
+
+    path = tmp_path / "semi.csv"
+    path.write_text("k;s;time\n1;x y;0\n2;NA;0\n")
+    r = keep(spark, conf, "k BIGINT, s STRING")
+    with pytest.raises(InputError, match=r"one field holding semicolons.*delimiter=';'"):
+        r.step({"xs": str(path)}, upto=1)
+    r.step({"xs": csv(path, delimiter=";", null_value="NA")}, upto=1)
+    assert values(r) == [(1, "x y"), (2, None)]
+    bare = tmp_path / "bare.csv"
+    bare.write_text("3,z,1,2\n")
+    r.step({"xs": csv(bare, header=False)}, upto=2)
+    assert sorted(tuple(x) for x in r.output("out").collect())[-1] == (3, "z", 1, 2)
+
+
+def test_decimal_is_never_rounded(spark, conf, tmp_path):
+    """More fraction digits than the scale, or more integer digits than precision - scale,
+    from CSV, Parquet, pyarrow and pandas: refused with the rule, the value and its row, by
+    the driver path and the Spark path alike; exact values are accepted."""
+    from decimal import Decimal
+
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ddl = "k BIGINT, d DECIMAL(12,2)"
+    (tmp_path / "s.csv").write_text("k,d\n1,1.5\n2,12.555\n")
+    (tmp_path / "p.csv").write_text("k,d\n1,1.5\n2,2.50\n3,12345678901.5\n")
+    pq.write_table(pa.table({"k": [1, 2], "d": pa.array([Decimal("1.500"), Decimal("12.555")],
+                                                         pa.decimal128(6, 3))}),
+                   tmp_path / "s.parquet")
+    cases = [(str(tmp_path / "s.csv"), "scale exceeded", "row 2: '12.555'"),
+             (str(tmp_path / "p.csv"), "precision exceeded", "row 3: '12345678901.5'"),
+             (str(tmp_path / "s.parquet"), "scale exceeded", "row 2: '12.555'"),
+             (pa.table({"k": [7], "d": pa.array([Decimal("1E+12")], pa.decimal128(13, 0))}),
+              "precision exceeded", "row 1: '1000000000000'"),
+             (pd.DataFrame({"k": [1, 2], "d": [Decimal("0.1"), Decimal("0.125")]}),
+              "scale exceeded", "row 2: '0.125'")]
+    for source, rule, shown in cases:
+        messages = set()
+        for extra in ({}, SPARK_ONLY):
+            r = keep(spark, conf, ddl, extra)
+            with pytest.raises(InputError, match=rule) as e:
+                r.step({"xs": source}, upto=1)
+            assert "column 'd'" in str(e.value) and shown in str(e.value), str(e.value)
+            messages.add(str(e.value))
+        assert len(messages) == 1, messages
+    r = keep(spark, conf, ddl)
+    r.step({"xs": pa.table({"k": [1, 2], "d": pa.array([Decimal("1.5"), Decimal("-3")],
+                                                       pa.decimal128(3, 1))})}, upto=1)
+    r.step({"xs": pd.DataFrame({"k": [3], "d": ["9999999999.99"], "time": [1]})}, upto=2)
+    assert values(r) == [(1, Decimal("1.50")), (2, Decimal("-3.00")),
+                         (3, Decimal("9999999999.99"))]
+
+
+def test_refusals_show_a_value_and_its_row(spark, conf, tmp_path):
+    (tmp_path / "d.csv").write_text("k,day\n1,2024-01-02\n2,2024-01-03\n3,someday\n4,x\n")
+    r = keep(spark, conf, "k BIGINT, day DATE")
+    with pytest.raises(InputError, match=r"value is not a DATE \(2 rows, first at row 3: "
+                                         r"'someday'\)"):
+        r.step({"xs": str(tmp_path / "d.csv")}, upto=1)
+    with pytest.raises(InputError, match=r"null time \(1 row, first at row 2: null\)"):
+        r.step({"xs": spark.createDataFrame([(1, None, 0), (2, None, None)],
+                                            "k BIGINT, day DATE, time BIGINT")}, upto=1)
+
+
+def test_pandas_frames_all_null_columns_and_naive_timestamps(spark, conf, tmp_path):
+    import datetime as dt
+
+    import pandas as pd
+    import pyarrow as pa
+
+    r = keep(spark, conf, "k BIGINT NOT NULL, v BIGINT")
+    r.step({"xs": pd.DataFrame({"k": [1, 2], "v": pd.array([5, None], dtype="Int64")})},
+           upto=1)
+    r.step({"xs": pa.table({"k": [3], "v": pa.nulls(1), "time": [1]})}, upto=2)
+    assert values(r) == [(1, 5), (2, None), (3, None)]
+    with pytest.raises(InputError, match=r"column 'k': null in a NOT NULL column "
+                                         r"\(all values are null, type unknown\)"):
+        r.step({"xs": pa.table({"k": pa.nulls(1), "v": [1]})}, upto=3)
+    with pytest.raises(InputError, match="expects a Spark DataFrame, a pandas DataFrame, a "
+                                         "pyarrow Table") as e:
+        r.step({"xs": [(1, 2)]}, upto=3)
+    assert "got list" in str(e.value)
+    # naive timestamps, from pandas through Parquet (timestamp_ntz) and from pyarrow
+    stamps = [dt.datetime(2024, 1, 2, 3, 4, 5)]
+    pd.DataFrame({"k": [1], "at": stamps}).to_parquet(tmp_path / "ns.parquet")
+    with pytest.raises(InputError, match="coerce_timestamps='us'"):
+        keep(spark, conf, "k BIGINT, at TIMESTAMP").step({"xs": str(tmp_path / "ns.parquet")},
+                                                        upto=1)
+    pd.DataFrame({"k": [1], "at": stamps}).to_parquet(tmp_path / "t.parquet",
+                                                      coerce_timestamps="us")
+    got = []
+    for source in (str(tmp_path / "t.parquet"), pa.table({"k": [1], "at": stamps})):
+        r = keep(spark, conf, "k BIGINT, at TIMESTAMP")
+        r.step({"xs": source}, upto=1)
+        got.append(values(r))
+    assert got[0] == got[1] and len(got[0]) == 1
+    r = keep(spark, conf, "k BIGINT, at TIMESTAMP_NTZ")
+    with pytest.raises(InputError, match="tz_localize"):
+        r.step({"xs": pa.table({"k": [1], "at": pa.array(stamps, pa.timestamp("us", "UTC"))})},
+               upto=1)
+
+
+def test_reductions_are_type_checked_when_the_plan_is_built(spark, conf):
+    for build, words in [
+            (lambda e: e.sum("name", by=["g"]), ["sum(name)", "'name'", "STRING", "numeric"]),
+            (lambda e: e.max("tags", by=["g"]), ["max(tags)", "MAP<STRING,BIGINT>", "order"]),
+            (lambda e: e.top_k(1, order_by="tags DESC"), ["top_k", "MAP", "order"]),
+            (lambda e: e.min("nope"), ["no column 'nope'", "g, name, tags"])]:
+        flow = Dataflow()
+        e = flow.input("e", "g BIGINT, name STRING, tags MAP<STRING, BIGINT>")
+        flow.output("bad", build(e))
+        with pytest.raises(PlanError) as e:
+            Runner(flow, conf=conf, spark=spark)
+        assert all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_typo_suggestions_name_only_the_users_columns(spark, conf):
+    for build in (lambda n: n.sum("w", by=["node"]).filter("ww > 1"),
+                  lambda n: n.top_k(1, order_by="w DESC", by=["node"]).filter("ww > 1"),
+                  lambda n: n.count(by=["node"]).map("node", "cont")):
+        flow = Dataflow()
+        flow.output("bad", build(flow.input("n", "node BIGINT, w BIGINT")))
+        with pytest.raises(PlanError) as e:
+            Runner(flow, conf=conf, spark=spark)
+        assert "no column" in str(e.value) and "did you mean" in str(e.value), str(e.value)
+        assert "__" not in str(e.value), str(e.value)

@@ -282,14 +282,14 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
     wanted = [r for r in ROWS if r not in args.skip]
     print(f"linear benchmark: {args.rows:,} updates, P={parts}, backend={backend}, "
           f"master={spark.sparkContext.master}, repeat={args.repeat}", flush=True)
-    machine = common.machine_info(spark, conf)
+    head = common.header(NAME, argv, spark, conf)
     try:
         results = _run(spark, args, build, wanted, parts)
     finally:
         if own_session:
             spark.stop()
-    machine["load_average_end"] = common.load_average()
-    payload = _report(args, argv, machine, backend, parts, results)
+    head["machine"]["load_average_end"] = common.load_average()
+    payload = _report(args, head, backend, parts, results)
     failed = [k for k, c in payload["checks"].items() if not c["equal"]]
     if failed:
         raise SystemExit(f"linear benchmark: results differ between variants ({failed}); "
@@ -360,7 +360,7 @@ def _run(spark, args, build, wanted, parts) -> dict:
     return out
 
 
-def _report(args, argv, machine, backend, parts, results) -> dict:
+def _report(args, head, backend, parts, results) -> dict:
     ms = results["measurements"]
     best = {r: m.best for r, m in ms.items()}
 
@@ -395,8 +395,8 @@ def _report(args, argv, machine, backend, parts, results) -> dict:
                "JVM MiB", "Python MiB"]
     print()
     print(f"linear benchmark, {args.rows:,} updates (best of {args.repeat}); nproc "
-          f"{machine['nproc']}, load average {machine['load_average']} at start, "
-          f"{machine['load_average_end']} at end")
+          f"{head['machine']['nproc']}, load average {head['machine']['load_average']} at "
+          f"start, {head['machine']['load_average_end']} at end")
     print(common.markdown_table(headers, table))
     print("(rows out: where checked at full size; 'vs': best time over the baseline's)")
     print()
@@ -411,14 +411,12 @@ def _report(args, argv, machine, backend, parts, results) -> dict:
         print(f"faster consolidation: {faster}")
 
     payload = {
-        "benchmark": NAME,
-        "command": common.command_line(argv),
+        **head,
         "rows": args.rows,
         "repeat": args.repeat,
         "partitions": parts,
         "backend": backend,
         "overrides": list(args.conf),
-        "machine": machine,
         "inputs": results["inputs"],
         "measurements": {r: m.as_dict() for r, m in ms.items()},
         "physical_plans": results["plans"],

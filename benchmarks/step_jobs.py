@@ -81,8 +81,7 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
     feeds = batches(args.rows, args.batches, args.batch_size, args.seed)
     counting = Dataflow()
     counting.output("per_src", counting.input("e", "src BIGINT, dst BIGINT").count(by=["src"]))
-    payload = {"benchmark": "step_jobs", "command": common.command_line(argv),
-               "machine": common.machine_info(spark, conf)}
+    payload = common.header("step_jobs", argv, spark, conf)
     spark_only = conf | {"diffspark.host.step_rows": "0"}
     parts = {"triangles": (conf, triangle_flow(), NAME), "count": (conf, counting, "e"),
              "triangles on spark": (spark_only, triangle_flow(), NAME),

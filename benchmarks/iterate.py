@@ -273,7 +273,7 @@ def report(payload: dict) -> str:
              f"{r['first_step_rounds']}; incremental step: {len(r['incremental_rounds'])} "
              f"rounds {r['incremental_rounds']}",
              f"goal attach >= 3x: {'met' if r['goal_attach_3x_met'] else 'NOT met'}"]
-    return "\n".join(lines)
+    return "\n\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -168,5 +168,10 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
     return payload
 
 
+def report(payload: dict) -> str:
+    """The saved table (what the run printed) from the JSON."""
+    return table(payload["rows"])
+
+
 if __name__ == "__main__":
     main()

@@ -237,9 +237,9 @@ def run_one(b: Bench, results: Path, quick: bool, conf: Sequence[str]) -> int:
     """`python benchmarks/SCRIPT.py ARGS --out results/NAME.json --png` in its own process;
     its exit status."""
     sizes = b.quick if quick else b.full
-    script = common.ROOT / "benchmarks" / f"{b.module}.py"
     extra = [x for kv in conf for x in ("--conf", kv)] if b.module != "kernels" else []
-    cmd = [sys.executable, str(script), *sizes, *extra, "--out", str(results / f"{b.name}.json"),
+    out = os.path.relpath(results / f"{b.name}.json", common.ROOT)  # the JSON's command as
+    cmd = [sys.executable, f"benchmarks/{b.module}.py", *sizes, *extra, "--out", out,  # typed
            "--png"]
     print(f"== {b.name}: {' '.join(cmd[1:])}", flush=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(

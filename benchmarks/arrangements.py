@@ -285,8 +285,7 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
     spark, conf = common.session(args.profile, args.conf, spark)
     print(f"arrangements benchmark: {args.rows:,} edges, parts {sorted(parts)}, "
           f"master={spark.sparkContext.master}", flush=True)
-    payload = {"benchmark": "arrangements", "command": common.command_line(argv),
-               "machine": common.machine_info(spark, conf), "rows": args.rows,
+    payload = {**common.header("arrangements", argv, spark, conf), "rows": args.rows,
                "sharing_rows": args.sharing_rows}
     try:
         with common.phase("warm-up: every part once on a small input"):

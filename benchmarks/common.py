@@ -59,9 +59,11 @@ def base_parser(description: str, default_rows: int) -> argparse.ArgumentParser:
     return p
 
 
-def command_line(argv: Optional[Sequence[str]]) -> str:
+def command_line(argv: Optional[Sequence[str]], name: Optional[str] = None) -> str:
+    """The command as typed (argv None: this process's own), or, for a call in-process with
+    `argv`, the equivalent command of the benchmark `name`."""
     args = list(sys.argv[1:] if argv is None else argv)
-    prog = sys.argv[0] if argv is None else "main"
+    prog = sys.argv[0] if argv is None else (f"benchmarks/{name}.py" if name else "main")
     return " ".join(shlex.quote(a) for a in [prog, *args])
 
 
@@ -257,6 +259,8 @@ def ratio(num: float, den: float) -> Optional[float]:
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     """A plain markdown table; numbers right-aligned, floats with 2 decimals."""
     def cell(v):
+        if isinstance(v, bool):
+            return "yes" if v else "no"
         if isinstance(v, float):
             return f"{v:.2f}"
         if isinstance(v, int):
@@ -279,14 +283,44 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> 
     return "\n".join([fmt(headers), sep] + [fmt(r) for r in body])
 
 
-def _versions() -> dict:
-    out = {"python": platform.python_version()}
-    for mod in ("pyspark", "pyarrow", "numpy", "pandas"):
+def _versions(dists: Sequence[str]) -> dict:
+    """Installed versions of the packages named (None: absent), read from the package
+    metadata, so nothing is imported."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for dist in dists:
         try:
-            out[mod] = __import__(mod).__version__
-        except Exception:  # pragma: no cover - a missing optional library
-            out[mod] = None
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = None
     return out
+
+
+def _java_version(spark=None) -> Optional[str]:
+    """The JVM's version: the running session's, else `java -version`'s first line."""
+    if spark is not None:
+        try:
+            return str(spark.sparkContext._jvm.System.getProperty("java.version"))
+        except Exception:  # noqa: BLE001 - a remote or stopped session: ask the binary
+            pass
+    try:
+        done = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = (done.stderr or done.stdout).splitlines()
+    return lines[0].strip() if lines else None
+
+
+def _cpu_model() -> Optional[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
 def _mem_total_gib() -> Optional[float]:
@@ -300,15 +334,31 @@ def _mem_total_gib() -> Optional[float]:
     return None
 
 
-def _git_revision() -> Optional[str]:
+def git_revision() -> dict:
+    """{"commit": HEAD's full hash, "dirty": uncommitted changes to tracked or untracked
+    files}; both None outside a git checkout."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
+                              timeout=10)
     try:
-        rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return (rev + ("+dirty" if dirty else "")) or None
+        rev = git("rev-parse", "HEAD")
+        status = git("status", "--porcelain")
     except (OSError, subprocess.SubprocessError):
-        return None
+        return {"commit": None, "dirty": None}
+    if rev.returncode != 0:
+        return {"commit": None, "dirty": None}
+    return {"commit": rev.stdout.strip(), "dirty": bool(status.stdout.strip())}
+
+
+def commit_label(machine: dict) -> str:
+    """A JSON's commit as the README shows it: short hash, "+dirty" when the tree was; older
+    JSON kept "git" as that text already."""
+    git = machine.get("git")
+    if isinstance(git, dict):
+        if not git.get("commit"):
+            return "unknown commit"
+        return git["commit"][:7] + ("+dirty" if git.get("dirty") else "")
+    return git or "unknown commit"
 
 
 def load_average() -> Optional[list[float]]:
@@ -319,7 +369,17 @@ def load_average() -> Optional[list[float]]:
         return None
 
 
-def machine_info(spark=None, conf: Optional[dict] = None) -> dict:
+def header(name: str, argv: Optional[Sequence[str]], spark=None, conf: Optional[dict] = None,
+           peers: Sequence[str] = ()) -> dict:
+    """What every benchmark JSON opens with: its name, the exact command, and the machine,
+    commit and versions it ran with (the peers' versions too: the packages named in `peers`)."""
+    return {"benchmark": name, "command": command_line(argv, name), "argv": list(sys.argv),
+            "machine": machine_info(spark, conf, peers)}
+
+
+def machine_info(spark=None, conf: Optional[dict] = None, peers: Sequence[str] = ()) -> dict:
+    """Cores, memory, CPU model, load average now, commit (hash, dirty), library and peer
+    versions, Java's, and the Spark and diffspark settings of the session used."""
     try:
         affinity = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
@@ -327,12 +387,16 @@ def machine_info(spark=None, conf: Optional[dict] = None) -> dict:
     info = {
         "nproc": affinity or os.cpu_count(),
         "cpu_count": os.cpu_count(),
+        "cpu_model": _cpu_model(),
         "mem_total_gib": _mem_total_gib(),
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
         "load_average": load_average(),
-        "versions": _versions(),
-        "git": _git_revision(),
+        "versions": {"python": platform.python_version(),
+                     **_versions(("pyspark", "numpy", "pyarrow", "pandas")),
+                     "java": _java_version(spark)},
+        "peers": _versions(peers),
+        "git": git_revision(),
         "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
     if spark is not None:

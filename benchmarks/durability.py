@@ -225,8 +225,7 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
     own = spark is None
     spark, conf = common.session(args.profile, args.conf, spark)
     scratch = tempfile.mkdtemp(prefix="diffspark-durability-")
-    payload = {"benchmark": "durability", "command": common.command_line(argv),
-               "machine": common.machine_info(spark, conf), "rows": args.rows,
+    payload = {**common.header("durability", argv, spark, conf), "rows": args.rows,
                "steps": args.steps, "changes": args.changes, "edges": args.edges}
     try:
         with common.phase("warm-up: both modes on a tiny input"):

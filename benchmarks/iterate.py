@@ -240,8 +240,7 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
     spark, conf = common.session(args.profile, args.conf, spark)
     print(f"iterate benchmark: bfs on {args.rows:,} R-MAT edges, master="
           f"{spark.sparkContext.master}", flush=True)
-    payload = {"benchmark": "iterate", "command": common.command_line(argv),
-               "machine": common.machine_info(spark, conf)}
+    payload = common.header("iterate", argv, spark, conf, peers=("networkit",))
     try:
         if args.warm_up_rows:
             with common.phase("warm-up on a small graph"):
@@ -274,7 +273,7 @@ def report(payload: dict) -> str:
              f"{r['first_step_rounds']}; incremental step: {len(r['incremental_rounds'])} "
              f"rounds {r['incremental_rounds']}",
              f"goal attach >= 3x: {'met' if r['goal_attach_3x_met'] else 'NOT met'}"]
-    return "\n".join(lines)
+    return "\n\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -153,10 +153,10 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
     xp = gk.namespace(args.backend)
     rows = [measure_kernel(xp, n, args.rows, args.repeat)
             for n in progress(names, desc="kernels")]
-    payload = {"benchmark": NAME, "command": common.command_line(argv), "rows": args.rows,
-               "backend": args.backend, "baseline": f"{args.backend} on this machine",
-               "peers": ["H100 roofline (3 TB/s HBM)"], "machine": common.machine_info(),
-               "kernels": rows}
+    payload = {**common.header(NAME, argv, peers=("cupy",) if args.backend == "cupy" else ()),
+               "rows": args.rows, "backend": args.backend,
+               "baseline": f"{args.backend} on this machine",
+               "peers": ["H100 roofline (3 TB/s HBM)"], "kernels": rows}
     if args.graphs:
         payload["triangles"] = triangle_rows(args.backend, args.graphs, args.repeat,
                                              args.numpy_max_edges)

@@ -282,14 +282,14 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
     wanted = [r for r in ROWS if r not in args.skip]
     print(f"linear benchmark: {args.rows:,} updates, P={parts}, backend={backend}, "
           f"master={spark.sparkContext.master}, repeat={args.repeat}", flush=True)
-    machine = common.machine_info(spark, conf)
+    head = common.header(NAME, argv, spark, conf)
     try:
         results = _run(spark, args, build, wanted, parts)
     finally:
         if own_session:
             spark.stop()
-    machine["load_average_end"] = common.load_average()
-    payload = _report(args, argv, machine, backend, parts, results)
+    head["machine"]["load_average_end"] = common.load_average()
+    payload = _report(args, head, backend, parts, results)
     failed = [k for k, c in payload["checks"].items() if not c["equal"]]
     if failed:
         raise SystemExit(f"linear benchmark: results differ between variants ({failed}); "
@@ -360,7 +360,40 @@ def _run(spark, args, build, wanted, parts) -> dict:
     return out
 
 
-def _report(args, argv, machine, backend, parts, results) -> dict:
+BASELINE = {"expr_unfused_mat": "expr_fused", "kernel_unfused": "kernel_fused",
+            "kernel_unfused_mat": "kernel_fused", "consolidate_kernel": "consolidate_sql"}
+
+
+def report(payload: dict) -> str:
+    """The table of every row (best seconds, throughput, each row against its baseline), the
+    ratios and the goals, from the saved JSON."""
+    ms = payload["measurements"]
+    best = {r: m["best_s"] for r, m in ms.items()}
+    table = []
+    for r, m in ms.items():
+        base = BASELINE.get(r)
+        vs = f"{common.ratio(m['best_s'], best[base]):.2f}x {base}" if base in best else ""
+        table.append([r, m["description"], m["best_s"], m["extra"].get("rows_in"),
+                      m["extra"].get("rows_out"),
+                      round(m["extra"]["rows_in"] / m["best_s"] / 1e6, 2),
+                      vs, m["memory"].get("peak_jvm_mib"), m["memory"].get("peak_python_mib")])
+    machine = payload["machine"]
+    lines = [f"{payload['rows']:,} updates (best of {payload['repeat']}); nproc "
+             f"{machine['nproc']}, load average {machine['load_average']} at start, "
+             f"{machine.get('load_average_end')} at end",
+             common.markdown_table(["row", "what", "best s", "rows in", "rows out", "M rows/s",
+                                    "vs", "JVM MiB", "Python MiB"], table),
+             "(rows out: where checked at full size; 'vs': best time over the baseline's)"]
+    facts = [f"{k}: {v:.2f}" for k, v in payload["ratios"].items() if v is not None]
+    facts += [f"goal fused >= {GOAL:g}x faster than unfused, {path} path: "
+              f"{'met' if ok else 'NOT met'}"
+              for path, ok in payload["goal_fused_at_least_3x_unfused"].items() if ok is not None]
+    if payload.get("faster_consolidation"):
+        facts.append(f"faster consolidation: {payload['faster_consolidation']}")
+    return "\n\n".join(lines + ["\n".join(f"- {f}" for f in facts)])
+
+
+def _report(args, head, backend, parts, results) -> dict:
     ms = results["measurements"]
     best = {r: m.best for r, m in ms.items()}
 
@@ -382,43 +415,13 @@ def _report(args, argv, machine, backend, parts, results) -> dict:
     if ratios["consolidation_sql_over_kernel"] is not None:
         faster = "kernel" if ratios["consolidation_sql_over_kernel"] > 1 else "sql"
 
-    baseline = {"expr_unfused_mat": "expr_fused", "kernel_unfused": "kernel_fused",
-                "kernel_unfused_mat": "kernel_fused", "consolidate_kernel": "consolidate_sql"}
-    table = []
-    for r, m in ms.items():
-        base = baseline.get(r)
-        vs = f"{common.ratio(m.best, best[base]):.2f}x {base}" if base in best else ""
-        table.append([r, m.description, m.best, m.extra.get("rows_in"),
-                      m.extra.get("rows_out"), round(m.extra["rows_in"] / m.best / 1e6, 2),
-                      vs, m.memory.get("peak_jvm_mib"), m.memory.get("peak_python_mib")])
-    headers = ["row", "what", "best s", "rows in", "rows out", "M rows/s", "vs",
-               "JVM MiB", "Python MiB"]
-    print()
-    print(f"linear benchmark, {args.rows:,} updates (best of {args.repeat}); nproc "
-          f"{machine['nproc']}, load average {machine['load_average']} at start, "
-          f"{machine['load_average_end']} at end")
-    print(common.markdown_table(headers, table))
-    print("(rows out: where checked at full size; 'vs': best time over the baseline's)")
-    print()
-    for k, v in ratios.items():
-        if v is not None:
-            print(f"{k}: {v:.2f}")
-    for path, ok in goals.items():
-        if ok is not None:
-            print(f"goal fused >= {GOAL:g}x faster than unfused, {path} path: "
-                  f"{'met' if ok else 'NOT met'}")
-    if faster:
-        print(f"faster consolidation: {faster}")
-
     payload = {
-        "benchmark": NAME,
-        "command": common.command_line(argv),
+        **head,
         "rows": args.rows,
         "repeat": args.repeat,
         "partitions": parts,
         "backend": backend,
         "overrides": list(args.conf),
-        "machine": machine,
         "inputs": results["inputs"],
         "measurements": {r: m.as_dict() for r, m in ms.items()},
         "physical_plans": results["plans"],
@@ -430,6 +433,8 @@ def _report(args, argv, machine, backend, parts, results) -> dict:
         "faster_consolidation": faster,
         "checks": results["checks"],
     }
+    print()
+    print(report(payload))
     path = common.results_path(NAME, args.out)
     payload["json"] = str(path)
     if args.png and ms:

@@ -146,6 +146,7 @@ def table(rows: list[dict]) -> str:
 def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
     args = parse_args(argv)
     spark, conf = common.session(args.profile, args.conf, spark)
+    head = common.header("optimizer", argv, spark, conf)
     parts = [p for p in args.parts.split(",") if p]
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
@@ -160,13 +161,16 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
             rows.append(run_part(spark, conf, p, size[p], args.changes, args.seed))
     text = table(rows)
     print(text)
-    payload = {"benchmark": "optimizer", "rows": rows, "changes": args.changes,
-               "command": common.command_line(argv), "table": text,
-               "note": "the CPU is shared with other work: times are noisy",
-               "machine": common.machine_info(spark, conf)}
+    payload = {**head, "rows": rows, "changes": args.changes, "table": text,
+               "note": "the CPU is shared with other work: times are noisy"}
     path = common.save_json(common.results_path("optimizer", args.out), payload)
     print(f"wrote {path}")
     return payload
+
+
+def report(payload: dict) -> str:
+    """The saved table (what the run printed) from the JSON."""
+    return table(payload["rows"])
 
 
 if __name__ == "__main__":

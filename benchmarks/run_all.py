@@ -1,21 +1,30 @@
-"""Every benchmark of the project in one run, one Spark session: JSON and PNG plots in
-benchmarks/results/, and the README's results table regenerated between its markers.
+"""Every benchmark of the project, each in a process of its own: JSON and PNG plots in
+benchmarks/results/, and every results block of the README regenerated from that JSON.
 
     PYTHONPATH=. .venv/bin/python benchmarks/run_all.py            # full sizes, README updated
     PYTHONPATH=. .venv/bin/python benchmarks/run_all.py --quick    # CI smoke sizes, results/quick/
     PYTHONPATH=. .venv/bin/python benchmarks/run_all.py --report-only   # README from saved JSON
 
-Each benchmark names its CPU baseline (plain Spark SQL on the same session, or numpy on this
-CPU for the kernels) and its peers, all measured in the same run; the table gives diffspark's
-seconds, the baseline's, and baseline / diffspark (above 1: diffspark is faster). --quick
-writes to benchmarks/results/quick/ and leaves the README alone unless --readme is given.
+A run is one entry of BENCHMARKS: its JSON (benchmarks/results/NAME.json), the script that
+writes it, its quick and full arguments. Adding a benchmark is adding an entry. Each runs as
+`python benchmarks/SCRIPT.py ARGS --out ... --png` in a subprocess, so one failure does not
+stop the others and no peer's memory weighs on the next. The README holds one block per
+entry between `<!-- results:NAME:start -->` and `<!-- results:NAME:end -->` (the script's
+report() of the saved JSON, under the command, commit and machine it came from), and an
+overview between `<!-- results:start -->` and `<!-- results:end -->`: diffspark's seconds, the
+baseline's and their ratio per case. Nothing else in the README states a measured figure.
+--quick writes to benchmarks/results/quick/ and leaves the README alone unless --readme is
+given.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import json
+import os
+import re
 import statistics
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,16 +39,26 @@ START, END = "<!-- results:start -->", "<!-- results:end -->"
 README = common.ROOT / "README.md"
 
 
+def block_markers(name: str) -> tuple[str, str]:
+    """The README markers around the block generated from benchmarks/results/NAME.json."""
+    return f"<!-- results:{name}:start -->", f"<!-- results:{name}:end -->"
+
+
 @dataclass(frozen=True)
 class Bench:
-    name: str
+    name: str  # the JSON's name (benchmarks/results/NAME.json) and the README block's
     quick: tuple[str, ...]  # arguments for the CI smoke run
     full: tuple[str, ...]  # arguments for the README figures
     baseline: str
     peers: str
-    summary: Callable[[dict], list[tuple]]
-    # (case, diffspark s, baseline s, peers' seconds as text[, baseline stopped early])
-    table: Optional[Callable[[dict], str]] = None  # the benchmark's own table instead
+    summary: Optional[Callable[[dict], list[tuple]]] = None
+    # overview rows: (case, diffspark s, baseline s, peers' seconds as text[, baseline
+    # stopped early]); None: the benchmark has its block only
+    script: str = ""  # benchmarks/SCRIPT.py (default: the name)
+
+    @property
+    def module(self) -> str:
+        return self.script or self.name
 
 
 def _linear(p: dict) -> list:
@@ -66,36 +85,37 @@ def _arrangements(p: dict) -> list:
 
 
 def _triangles(p: dict) -> list:
+    from benchmarks import triangles
+
     by_size: dict[int, dict[str, dict]] = {}
     for r in p.get("static", []):
         by_size.setdefault(r["edges"], {})[r["system"]] = r
     rows = []
     own = ("diffspark kernel", "diffspark verb (Spark read + kernel)", "Spark SQL binary joins")
     for edges, systems in sorted(by_size.items()):
-        peers = ", ".join(f"{name} {_seconds(r)}" for name, r in systems.items()
-                          if name not in own)
+        peers = ", ".join(f"{name} {triangles.seconds_text(r, ' s')}"
+                          for name, r in systems.items() if name not in own)
         sql = systems.get("Spark SQL binary joins", {})
         verb = systems.get("diffspark verb (Spark read + kernel)", {}).get("seconds")
         if verb is not None:
             rows.append((f"static triangle count, R-MAT {edges:,} edges", verb,
                          sql.get("seconds"), peers, sql.get("triangles") is None))
-    inc = p.get("incremental")
-    if inc and inc.get("batches"):
-        b = inc["batches"]
-        rows.append((f"incremental, {inc['batch_size']:,} changes per batch "
-                     f"({inc['edges']:,} edges), median",
-                     statistics.median(x["diffspark_s"] for x in b),
-                     statistics.median(x["kernel_recount_s"] for x in b),
-                     f"DuckDB delta SQL {statistics.median(x['duckdb_delta_s'] for x in b):.2f} s"
-                     if all(x.get("duckdb_delta_s") is not None for x in b) else ""))
     return rows
 
 
-def _seconds(row: dict) -> str:
-    """A peer's time; a run stopped at the time limit has no count."""
-    if row.get("triangles") is None:
-        return f"stopped at {row['seconds']:.0f} s"
-    return f"{row['seconds']:.2f} s"
+def _triangles_incremental(p: dict) -> list:
+    from benchmarks import triangles
+
+    inc = p.get("incremental")
+    if not inc or not inc.get("batches"):
+        return []
+    b = inc["batches"]
+    duck = [x.get("duckdb_delta_s") for x in b]
+    return [(f"incremental, {inc['batch_size']:,} changes per batch ({inc['edges']:,} edges), "
+             f"median of {len(b)}", statistics.median(x["diffspark_s"] for x in b),
+             statistics.median(x["kernel_recount_s"] for x in b),
+             f"DuckDB delta SQL {statistics.median(duck):.2f} s ({triangles.duckdb_form(inc)})"
+             if None not in duck else "")]
 
 
 def _ratio(s: float, base: Optional[float], stopped: bool) -> str:
@@ -105,22 +125,11 @@ def _ratio(s: float, base: Optional[float], stopped: bool) -> str:
     return (">" if stopped else "") + (f"{r:.2f}x" if r >= 0.1 else f"{r:.2g}x")
 
 
-def _kernels(p: dict) -> list:
-    return [(f"{r['kernel']}, {r['rows']:,} rows", r["best_s"], r["h100_roofline_s"],
-             "H100 roofline") for r in p["kernels"]]
-
-
-def _kernels_table(p: dict) -> str:
-    from benchmarks import kernels
-
-    return kernels.report(p)
-
-
 SMOKE_CONF = ("--conf", "diffspark.partitions=2")
+TRIANGLES_PEERS = "DuckDB, networkit, kuzu (benchmarks/requirements-peers.txt, when installed)"
 BENCHMARKS = (
     Bench("kernels", ("--rows", "2000", "--repeat", "1"), ("--rows", "1000000", "--repeat", "3"),
-          "numpy on this CPU", "H100 roofline (3 TB/s; gpu_kernels/roofline.py)", _kernels,
-          _kernels_table),
+          "numpy on this CPU", "H100 roofline (3 TB/s; gpu_kernels/roofline.py)"),
     Bench("linear", ("--rows", "20000", "--warmup-rows", "2000", *SMOKE_CONF),
           ("--rows", "10000000"),
           "Spark SQL on the same session (operator at a time; SQL expressions; SQL aggregate)",
@@ -130,12 +139,36 @@ BENCHMARKS = (
           ("--ks", "1,2,4,8"),
           "the same queries without sharing, and a recompute in plain Spark SQL", "none",
           _arrangements),
-    Bench("triangles", ("--sizes", "3000", "--batches", "0", *SMOKE_CONF),
-          ("--sizes", "1000000,5000000", "--rows", "100000", "--batches", "3",
+    Bench("arrangements_attach_5m", ("--parts", "b", "--rows", "3000", *SMOKE_CONF),
+          ("--parts", "b", "--rows", "5000000"),
+          "the same query built from scratch", "none", _arrangements, script="arrangements"),
+    Bench("triangles", ("--sizes", "3000", "--batches", "0", "--plans-rows", "0", *SMOKE_CONF),
+          ("--sizes", "1000000,5000000", "--batches", "0", "--plans-rows", "0",
            "--spark-timeout", "150"),
-          "Spark SQL binary joins on the same session (incremental: a kernel recount)",
-          "DuckDB, networkit, kuzu (benchmarks/requirements-peers.txt, when installed)",
-          _triangles),
+          "Spark SQL binary joins on the same session", TRIANGLES_PEERS, _triangles),
+    Bench("triangles_incremental",
+          ("--sizes", "", "--rows", "3000", "--batches", "2", "--batch-size", "100",
+           "--plans-rows", "2000", *SMOKE_CONF),
+          ("--sizes", "", "--rows", "1000000", "--batches", "100", "--plans-rows", "20000",
+           "--incremental-conf", "spark.driver.memory=1500m"),
+          "a kernel recount of the whole graph", "DuckDB delta SQL", _triangles_incremental,
+          script="triangles"),
+    Bench("step_jobs", ("--rows", "500", "--batches", "2", "--batch-size", "20", *SMOKE_CONF),
+          ("--rows", "5000", "--batches", "4"), "the same steps on Spark", "none"),
+    Bench("optimizer", ("--rows", "400", "--edges", "60", "--changes", "10",
+                        "--warmup-rows", "50", *SMOKE_CONF),
+          ("--rows", "100000", "--edges", "2000", "--changes", "200"),
+          "each dataflow as written (optimize=False)", "none"),
+    Bench("iterate", ("--rows", "200", "--changes", "4", "--warm-up-rows", "0", *SMOKE_CONF),
+          ("--rows", "1000000"),
+          "diffspark recomputing from scratch", "networkit BFS"),
+    Bench("durability", ("--rows", "500", "--edges", "200", "--steps", "1", "--changes", "20",
+                         "--sizes", "200", "--layout-records", "2000", "--repeat", "1",
+                         *SMOKE_CONF),
+          ("--rows", "20000", "--edges", "2000", "--steps", "2", "--changes", "200",
+           "--sizes", "5000,50000,500000", "--layout-records", "2000000", "--repeat", "3",
+           "--conf", "spark.master=local[2]"),
+          "the same steps without a state directory", "none"),
 )
 
 
@@ -149,81 +182,131 @@ def parse_args(argv):
     p.add_argument("--readme", default=None,
                    help="README to update (default README.md; with --quick: none)")
     p.add_argument("--report-only", action="store_true",
-                   help="run nothing: tables, plots and README from the saved JSON")
+                   help="run nothing: tables and README from the saved JSON")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                   help="Spark/diffspark overrides of the cpu profile for the shared session")
+                   help="Spark/diffspark overrides of the cpu profile, passed to each benchmark")
     return p.parse_args(argv)
 
 
-def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
+def main(argv: Optional[Sequence[str]] = None) -> dict:
     args = parse_args(argv)
-    chosen = [b for b in BENCHMARKS if not args.only or b.name in args.only.split(",")]
+    only = set(filter(None, args.only.split(",")))
+    unknown = only - {b.name for b in BENCHMARKS}
+    if unknown:
+        raise SystemExit(f"run_all: unknown benchmarks {sorted(unknown)}; known: "
+                         f"{', '.join(b.name for b in BENCHMARKS)}")
+    chosen = [b for b in BENCHMARKS if not only or b.name in only]
     results = Path(args.results) if args.results else (
         common.RESULTS_DIR / "quick" if args.quick else common.RESULTS_DIR)
     readme = Path(args.readme) if args.readme else (None if args.quick else README)
-    payloads: dict[str, dict] = {}
     run_file = results / "run_all.json"
+    failed: dict[str, int] = {}
     if args.report_only:
         quick = json.loads(run_file.read_text())["quick"] if run_file.is_file() else args.quick
     else:
         quick = args.quick
-        own = spark is None
-        spark, _ = common.session("cpu", args.conf, spark)
-        try:
-            for b in progress(chosen, desc="benchmarks"):
-                module = importlib.import_module(f"benchmarks.{b.name}")
-                sizes = b.quick if args.quick else b.full
-                print(f"== {b.name}: {' '.join(sizes)}", flush=True)
-                payloads[b.name] = module.main(
-                    [*sizes, "--out", str(results / f"{b.name}.json"), "--png"], spark=spark)
-        finally:
-            if own:
-                spark.stop()
+        for b in progress(chosen, desc="benchmarks"):
+            code = run_one(b, results, quick, args.conf)
+            if code:
+                failed[b.name] = code
         common.save_json(run_file, {"quick": quick, "command": common.command_line(argv),
-                                    "benchmarks": sorted(payloads)})
-    # the table shows every benchmark with results, saved ones where not run now (so a
-    # partial run, --only, still writes the whole README table); --report-only shows `chosen`
-    shown = chosen if args.report_only else BENCHMARKS
-    for b in shown:
-        path = results / f"{b.name}.json"
-        if b.name not in payloads and path.is_file():
-            payloads[b.name] = json.loads(path.read_text())
-    tables = {b.name: b.summary(payloads[b.name]) for b in shown if b.name in payloads}
-    # a benchmark with its own table has its own plot (--png); the others get diffspark vs
-    # baseline per case
-    plots = {b.name: results / f"{b.name}.png" if b.table else
-             save_plot(results / f"{b.name}_vs_baseline.png", b.name, tables[b.name])
-             for b in shown if b.name in tables}
-    text = results_markdown(tables, plots, payloads, args, quick, readme)
+                                    "benchmarks": [b.name for b in chosen], "failed": failed})
+    # every benchmark with saved JSON is shown (a partial run, --only, still writes the whole
+    # README); the overview's plots are drawn only after a run, never by --report-only
+    payloads = {b.name: json.loads((results / f"{b.name}.json").read_text())
+                for b in BENCHMARKS if (results / f"{b.name}.json").is_file()}
+    tables = {b.name: b.summary(payloads[b.name]) for b in BENCHMARKS
+              if b.summary and b.name in payloads}
+    if not args.report_only:
+        for b in chosen:
+            if b.name in tables:
+                save_plot(results / f"{b.name}_vs_baseline.png", b.name, tables[b.name])
+    plots = {b.name: path for b in BENCHMARKS for path in plot_paths(b, results, payloads)}
+    text = results_markdown(tables, plots, payloads, quick, readme)
+    blocks = {b.name: benchmark_block(b, payloads[b.name]) for b in BENCHMARKS
+              if b.name in payloads}
     print(text)
     if readme is not None:
-        update_readme(readme, text)
-    return {"tables": tables, "plots": {k: str(v) for k, v in plots.items() if v}}
+        update_readme(readme, text, blocks)
+    if failed:
+        raise SystemExit(f"run_all: benchmarks failed (exit status): {failed}")
+    return {"tables": tables, "blocks": blocks, "plots": {k: str(v) for k, v in plots.items()}}
 
 
-def results_markdown(tables: dict, plots: dict, payloads: dict, args, quick: bool,
+def run_one(b: Bench, results: Path, quick: bool, conf: Sequence[str]) -> int:
+    """`python benchmarks/SCRIPT.py ARGS --out results/NAME.json --png` in its own process;
+    its exit status."""
+    sizes = b.quick if quick else b.full
+    extra = [x for kv in conf for x in ("--conf", kv)] if b.module != "kernels" else []
+    out = os.path.relpath(results / f"{b.name}.json", common.ROOT)  # the JSON's command as
+    cmd = [sys.executable, f"benchmarks/{b.module}.py", *sizes, *extra, "--out", out,  # typed
+           "--png"]
+    print(f"== {b.name}: {' '.join(cmd[1:])}", flush=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(common.ROOT), os.environ.get("PYTHONPATH")]))}
+    code = subprocess.run(cmd, cwd=common.ROOT, env=env).returncode
+    if code:
+        print(f"== {b.name}: FAILED (exit status {code})", flush=True)
+    return code
+
+
+def plot_paths(b: Bench, results: Path, payloads: dict) -> list[Path]:
+    """The overview's plot for a benchmark, diffspark vs baseline, where it exists."""
+    path = results / f"{b.name}_vs_baseline.png"
+    return [path] if b.name in payloads and b.summary and path.is_file() else []
+
+
+def provenance(payload: dict) -> str:
+    """Where a table came from: the command, the commit, the machine and its load."""
+    m = payload.get("machine", {})
+    cpu = m.get("cpu_model") or m.get("processor") or "CPU"
+    load = m.get("load_average")
+    when = (m.get("started") or "")[:10]
+    return (f"`{payload.get('command', '?')}` at commit {common.commit_label(m)}"
+            f"{', ' + when if when else ''}: {m.get('nproc', '?')} cores ({cpu}), "
+            f"{m.get('mem_total_gib', '?')} GiB"
+            + (f", load average {load[0]} at the start" if load else "") + ".")
+
+
+def benchmark_block(b: Bench, payload: dict) -> str:
+    """A benchmark's README block: its report of the saved JSON, under its provenance."""
+    module = importlib.import_module(f"benchmarks.{b.module}")
+    return (f"From `benchmarks/results/{b.name}.json`, written by {provenance(payload)}\n\n"
+            f"{module.report(payload).rstrip()}\n")
+
+
+def results_markdown(tables: dict, plots: dict, payloads: dict, quick: bool,
                      readme: Optional[Path]) -> str:
-    """One table per benchmark, its baseline and peers named, and its plot."""
+    """One table per benchmark, its baseline, peers and commit named, and its plot."""
     cmd = "PYTHONPATH=. .venv/bin/python benchmarks/run_all.py" + (" --quick" if quick else "")
     lines = [f"Produced by `{cmd}` (tables regenerated from the JSON by `--report-only`); "
              "machine, versions and settings in each JSON's `machine`. On a shared 2-core "
              "machine these figures are noisy; none was taken on a GPU (GPU figures: see "
              "\"GPU status, plainly\").", ""]
     for b in BENCHMARKS:
-        if b.name not in tables:
-            if not args.only or b.name in args.only.split(","):
-                lines += [f"**{b.name}**: not measured yet (`{cmd} --only {b.name}`).", ""]
+        if not b.summary:
             continue
-        lines += [f"**{b.name}** (baseline: {b.baseline}; peers: {b.peers})", "",
-                  b.table(payloads[b.name]) if b.table else summary_table(tables[b.name]), ""]
+        if b.name not in tables:
+            lines += [f"**{b.name}**: not measured yet (`{cmd} --only {b.name}`).", ""]
+            continue
+        commit = common.commit_label(payloads[b.name].get("machine", {}))
+        lines += [f"**{b.name}** (baseline: {b.baseline}; peers: {b.peers}; commit {commit})",
+                  "", summary_table(tables[b.name]), ""]
         if plots.get(b.name) and readme is not None:
-            rel = Path(plots[b.name]).resolve()
-            try:
-                rel = rel.relative_to(readme.resolve().parent)
-            except ValueError:
-                pass
-            lines += [f"![{b.name}]({rel.as_posix()})", ""]
+            lines += [f"![{b.name}]({link(Path(plots[b.name]), readme)})", ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def link(path: Path, readme: Path) -> str:
+    """A plot's path as the README links it: from the README's folder, else from the
+    repository's root (a copy of the README elsewhere links the same files)."""
+    path = path.resolve()
+    for base in (readme.resolve().parent, common.ROOT):
+        try:
+            return path.relative_to(base).as_posix()
+        except ValueError:
+            pass
+    return path.as_posix()
 
 
 def summary_table(rows: list) -> str:
@@ -237,26 +320,39 @@ def summary_table(rows: list) -> str:
                                   "peers"], cells)
 
 
-def update_readme(path: Path, block: str) -> None:
-    """Replace what lies between the results markers; the markers must be there."""
-    text = path.read_text()
-    if START not in text or END not in text or text.index(START) > text.index(END):
-        raise SystemExit(f"{path}: needs the markers {START} and {END} (in that order)")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    path.write_text(f"{head}{START}\n{block}{END}{tail}")
+def replace_block(text: str, start: str, end: str, block: str) -> Optional[str]:
+    """`text` with what lies between the markers replaced by `block`; None without them."""
+    pattern = re.compile(re.escape(start) + r"\n.*?" + re.escape(end), re.S)
+    if not pattern.search(text):
+        return None
+    return pattern.sub(lambda _: f"{start}\n{block}{end}", text, count=1)
+
+
+def regenerate(text: str, overview: str, blocks: dict[str, str]) -> str:
+    """The README text with the overview and every benchmark block it marks regenerated; the
+    overview's markers must be there."""
+    out = replace_block(text, START, END, overview)
+    if out is None:
+        raise SystemExit(f"README: needs the markers {START} and {END} (in that order)")
+    for name, block in blocks.items():
+        out = replace_block(out, *block_markers(name), block) or out
+    return out
+
+
+def update_readme(path: Path, overview: str, blocks: Optional[dict[str, str]] = None) -> None:
+    """Rewrite the README's generated blocks in place; a README without the overview's
+    markers is refused and left as it is."""
+    try:
+        text = regenerate(path.read_text(), overview, blocks or {})
+    except SystemExit as e:
+        raise SystemExit(f"{path}: {e}") from None
+    path.write_text(text)
 
 
 def save_plot(path: Path, name: str, rows: list) -> Optional[Path]:
     """diffspark vs baseline seconds per case (log scale)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    if not rows:
+    plt = common.pyplot()
+    if plt is None or not rows:
         return None
     cases = [r[0] for r in rows][::-1]
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(rows) + 1.6))

@@ -81,8 +81,7 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
     feeds = batches(args.rows, args.batches, args.batch_size, args.seed)
     counting = Dataflow()
     counting.output("per_src", counting.input("e", "src BIGINT, dst BIGINT").count(by=["src"]))
-    payload = {"benchmark": "step_jobs", "command": common.command_line(argv),
-               "machine": common.machine_info(spark, conf)}
+    payload = common.header("step_jobs", argv, spark, conf)
     spark_only = conf | {"diffspark.host.step_rows": "0"}
     parts = {"triangles": (conf, triangle_flow(), NAME), "count": (conf, counting, "e"),
              "triangles on spark": (spark_only, triangle_flow(), NAME),
@@ -93,12 +92,23 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
     finally:
         if own_session:
             spark.stop()
-    for part in parts:
-        print(part, [s["jobs"] for s in payload[part]["steps"]], "jobs per step;",
-              [s["seconds"] for s in payload[part]["steps"]], "s")
-        print("  last step:", "; ".join(payload[part]["last_step_jobs"]))
     common.save_json(common.results_path("step_jobs", args.out), payload)
+    print(report(payload))
     return payload
+
+
+def report(payload: dict) -> str:
+    """Spark jobs and seconds per step of each part (the first step is the load), from the
+    saved JSON."""
+    parts = [k for k in ("triangles", "count", "triangles on spark", "count on spark")
+             if k in payload]
+    return common.markdown_table(
+        ["part", "Spark jobs per step", "seconds per step", "on the driver"],
+        [[part, ", ".join(str(s["jobs"]) for s in payload[part]["steps"]),
+          ", ".join(f"{s['seconds']:.2f}" for s in payload[part]["steps"]),
+          ", ".join({True: "yes", False: "no"}.get(s.get("host"), "?")
+                    for s in payload[part]["steps"])]
+         for part in parts])
 
 
 if __name__ == "__main__":

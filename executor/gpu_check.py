@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -26,9 +27,14 @@ KERNEL_TESTS = ("tests/test_kernels.py", "tests/test_triangle_kernels.py")
 # A RAPIDS explain line for something kept on the CPU: `!Exec <SortExec> cannot run on GPU
 # because ...`, `!Expression <ScalaUDF> ...`, `!NOT_FOUND <...> ...`.
 _NOT_ON_GPU = re.compile(r"^\s*!(?P<kind>\w+)\s+<(?P<op>[^>]+)>(?P<rest>.*)$")
-_PLAN_NODE = re.compile(r"^[\s:|+\-]*(?:\*\(\d+\)\s*)?(?P<name>[A-Za-z][A-Za-z0-9_]*)")
+# A plan tree's node line, in toString form (`+- *(2) Project [...]`) or in the formatted
+# form the SQL status store keeps (`+- * Project (7)`).
+_PLAN_NODE = re.compile(r"^[\s:|+\-]*(?:\*\(\d+\)\s*|\*\s+)?(?P<name>[A-Za-z][A-Za-z0-9_]*)")
 TRANSITIONS = {"GpuColumnarToRow", "GpuRowToColumnar", "ColumnarToRow", "RowToColumnar",
                "GpuColumnarToRowTransition"}
+# Adaptive execution's wrappers around the operators (not operators themselves).
+WRAPPERS = {"AdaptiveSparkPlan", "ResultQueryStage", "ShuffleQueryStage",
+            "BroadcastQueryStage", "TableCacheQueryStage"}
 
 
 class NoGpu(RuntimeError):
@@ -86,16 +92,59 @@ def not_on_gpu(log_text: str) -> Counter:
 
 
 def plan_operators(plan: str) -> tuple[Counter, Counter]:
-    """(GPU operators, CPU operators) named in a physical plan's text; row/columnar
-    transitions are in neither."""
+    """(GPU operators, CPU operators) named in a physical plan's text (its tree alone, the
+    final plan of an adaptive one); row/columnar transitions and adaptive wrappers are in
+    neither."""
     gpu, cpu = Counter(), Counter()
-    for line in plan.splitlines():
+    for line in plan_tree(plan).splitlines():
         match = _PLAN_NODE.match(line)
-        if not match or match.group("name") in TRANSITIONS:
+        if not match or match.group("name") in TRANSITIONS | WRAPPERS:
             continue
         name = match.group("name")
         (gpu if name.startswith("Gpu") else cpu)[name] += 1
     return gpu, cpu
+
+
+def plan_tree(plan: str) -> str:
+    """The operator tree of a plan's text: a formatted plan (`== Physical Plan ==`, a tree, a
+    blank line, then each node's details) keeps its tree; an adaptive plan keeps its final
+    plan (not also its initial one); a plain toString tree is kept whole."""
+    lines = plan.splitlines()
+    if lines and lines[0].strip() == "== Physical Plan ==":
+        lines = lines[1:]
+        lines = lines[:lines.index("")] if "" in lines else lines
+    marks = [i for i, line in enumerate(lines) if "== Final Plan ==" in line]
+    if marks:
+        rest = lines[marks[0] + 1:]
+        ends = [i for i, line in enumerate(rest) if "== Initial Plan ==" in line]
+        lines = rest[:ends[0]] if ends else rest
+    return "\n".join(lines)
+
+
+@contextmanager
+def executed_plans(spark):
+    """Collects the executed physical plans of every Spark SQL execution that runs inside the
+    block (a list, filled when the block ends), from the session's SQL status store: the plans
+    of the jobs that did the work, not the scan of a checkpointed output read afterwards. The
+    store is kept with the UI disabled too; the listener bus is drained first, since the
+    store learns of an execution (and of adaptive execution's final plan) by its events."""
+    store = spark._jsparkSession.sharedState().statusStore()
+    bus = spark.sparkContext._jsc.sc().listenerBus()
+    bus.waitUntilEmpty()
+    before = {e.executionId() for e in _executions(store)}
+    plans: list[str] = []
+    yield plans
+    bus.waitUntilEmpty()
+    plans.extend(e.physicalPlanDescription() for e in _executions(store)
+                 if e.executionId() not in before)
+
+
+def _executions(store) -> list:
+    """The SQL executions the status store holds (up to spark.sql.ui.retainedExecutions)."""
+    out, it = [], store.executionsList().iterator()
+    while it.hasNext():
+        out.append(it.next())
+    return out
 
 
 def fallback_lines(log_text: str, plans: list[str]) -> list[str]:
@@ -116,7 +165,7 @@ def fallback_lines(log_text: str, plans: list[str]) -> list[str]:
 def end_to_end(spark, conf: dict, backend: str, seed: int = 1,
                rows: int = 2000) -> tuple[bool, list[str], list[str]]:
     """The small plan on `spark` with `backend` kernels: (equal to the reference and to a
-    numpy recount, report lines, executed plans of its outputs)."""
+    numpy recount, report lines, executed plans of the Spark SQL executions its steps ran)."""
     import numpy as np
 
     from gpu_kernels import count_triangles, namespace
@@ -136,16 +185,19 @@ def end_to_end(spark, conf: dict, backend: str, seed: int = 1,
     updates = [((int(n),), int(t), int(d)) for n, t, d in zip(
         rng.integers(0, 4, rows), rng.integers(0, 4, rows), rng.choice([-1, 1, 2], rows))]
     want = reference(spark, flow.outputs, {"xs": updates})
-    runner = Runner(flow, conf={**conf, "diffspark.kernel.backend": backend}, spark=spark)
-    for upto in (2, 4):
-        batch = [(*r, t, d) for r, t, d in updates if upto - 2 <= t < upto]
-        runner.step({"xs": spark.createDataFrame(batch, "n BIGINT, time BIGINT, diff BIGINT")},
-                    upto=upto)
+    # every step on Spark (not the driver's small-step path): its operators are the check
+    runner = Runner(flow, conf={**conf, "diffspark.kernel.backend": backend,
+                                "diffspark.host.step_rows": "0"}, spark=spark)
+    with executed_plans(spark) as plans:
+        for upto in (2, 4):
+            batch = [(*r, t, d) for r, t, d in updates if upto - 2 <= t < upto]
+            runner.step({"xs": spark.createDataFrame(batch,
+                                                     "n BIGINT, time BIGINT, diff BIGINT")},
+                        upto=upto)
     runner.close()
-    ok, lines, plans = True, [], []
+    ok, lines = True, []
     for name in flow.outputs:
         df = runner.output(name)
-        plans.append(df._jdf.queryExecution().executedPlan().toString())
         got = consolidate([(tuple(plain(v) for v in r[:-2]), r[-2], r[-1]) for r in df.collect()])
         same = got == want[name]
         ok &= same

@@ -104,15 +104,80 @@ def test_plan_operators_split_gpu_and_cpu():
     assert "  NOT_ON_GPU explain lines: 4" in lines
 
 
-def test_end_to_end_plan_on_the_cpu_equals_the_reference(spark, conf):
-    """The gpu-check plan with numpy kernels on this (CPU) session: equal to the reference
-    interpreter; every operator of its executed plans is a CPU one."""
-    ok, lines, plans = gpu_check.end_to_end(spark, conf, "numpy", rows=300)
-    assert ok, "\n".join(lines)
-    assert len(lines) == 3 and all(line.startswith("  ok ") for line in lines)
+# The formatted form the SQL status store keeps: the tree, a blank line, each node's details;
+# adaptive execution shows the final plan and the initial one.
+FORMATTED = """== Physical Plan ==
+AdaptiveSparkPlan (14)
++- == Final Plan ==
+   * HashAggregate (9)
+   +- ShuffleQueryStage (8)
+      +- Exchange (7)
+         +- * HashAggregate (6)
+            +- * Project (5)
+               +- * BroadcastHashJoin Inner BuildRight (4)
+                  :- * Scan ExistingRDD (1)
+                  +- BroadcastQueryStage (3)
+                     +- GpuHashAggregate (2)
++- == Initial Plan ==
+   HashAggregate (13)
+   +- Exchange (12)
+      +- SortMergeJoin (11)
+         +- Scan ExistingRDD (10)
+
+
+(1) Scan ExistingRDD [codegen id : 1]
+Output [2]: [k#1L, v#2L]
+
+(4) BroadcastHashJoin [codegen id : 2]
+Left keys [1]: [k#1L]
+"""
+
+
+def test_plan_operators_of_a_formatted_adaptive_plan():
+    """The final plan's operators only: not the initial plan's, not the details' lines, not
+    the adaptive wrappers."""
+    gpu, cpu = gpu_check.plan_operators(FORMATTED)
+    assert gpu == {"GpuHashAggregate": 1}
+    assert cpu == {"HashAggregate": 2, "Exchange": 1, "Project": 1, "BroadcastHashJoin": 1,
+                   "Scan": 1}
+
+
+def _operators(plans):
     gpu, cpu = Counter(), Counter()
     for plan in plans:
         g, c = gpu_check.plan_operators(plan)
         gpu.update(g)
         cpu.update(c)
-    assert not gpu and cpu
+    return gpu, cpu
+
+
+def test_executed_plans_are_those_of_the_work_in_the_block(spark):
+    """A join + count run inside the block: its executed plan, with the join and the
+    aggregation, is collected; what ran before the block is not."""
+    spark.range(10).count()
+    a = spark.range(500).selectExpr("id % 7 AS k", "id AS v")
+    b = spark.range(50).selectExpr("id % 7 AS k", "id AS w")
+    with gpu_check.executed_plans(spark) as plans:
+        got = a.join(b, "k").groupBy("k").count().collect()
+    assert len(got) == 7 and len(plans) >= 1
+    gpu, cpu = _operators(plans)
+    assert not gpu
+    assert cpu["HashAggregate"] >= 2 and any("Join" in name for name in cpu), cpu
+    with gpu_check.executed_plans(spark) as nothing:
+        pass
+    assert nothing == []
+
+
+def test_end_to_end_plan_on_the_cpu_equals_the_reference(spark, conf):
+    """The gpu-check plan with numpy kernels on this (CPU) session: equal to the reference
+    interpreter; the plans it reports are those of the steps' work (the kernel through
+    mapInArrow, the count's aggregation), all CPU operators, not merely the scan of a
+    checkpointed output."""
+    ok, lines, plans = gpu_check.end_to_end(spark, conf, "numpy", rows=300)
+    assert ok, "\n".join(lines)
+    assert len(lines) == 3 and all(line.startswith("  ok ") for line in lines)
+    gpu, cpu = _operators(plans)
+    assert not gpu
+    assert cpu["MapInArrow"] >= 1 and cpu["HashAggregate"] >= 1, cpu
+    scans = {"InMemoryTableScan", "Scan", "LocalTableScan"}
+    assert set(cpu) - scans, cpu

@@ -55,6 +55,7 @@ def relational_flow() -> Dataflow:
     flow.output("top", o.top_k(2, order_by="total", by=["c_id"]))
     flow.output("top_expr", o.map("c_id", "status", "total").top_k(
         1, order_by="-total", by=["status"]))
+    flow.output("top_desc", o.top_k(2, order_by="placed DESC NULLS FIRST, total", by=["status"]))
     flow.output("statuses", o.map("c_id", "status").distinct())
     flow.output("twice", o.map("status", "rush").threshold("CASE WHEN count >= 2 THEN 1 ELSE 0 END"))
     flow.output("lonely", c.antijoin(o, on=["c_id"]))

@@ -31,11 +31,10 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from gpu_kernels import (consolidate, group_starts, multiply_diffs, namespace, neighbours,
                          to_numpy)
-from gpu_kernels.arrow import arrays_to_batch, batch_to_arrays
 from plans import ir
 from plans import query as cq
 
-from . import delta_rules, expressions, join, kernels, linear, reduce_host
+from . import delta_rules, expressions, join, linear, reduce_host
 from .config import host_mirror_rows, host_step_rows
 from .encoding import NULL_CODE, NoCode, fits
 from .mirror import Mirror, run_of
@@ -194,31 +193,20 @@ class HostStep:
         return lambda: changes.table(xp, encoder)
 
     def _linear(self, node: ir.Linear):
-        """A fused chain on the driver: kernel runs on the arrays, expressions on Arrow
-        (executor/expressions.py) where they compile and Spark's answer is reproduced;
-        otherwise Spark's expressions over the local rows (Catalyst on the driver, no job)."""
+        """A fused chain on Arrow (executor/expressions.py) where it compiles and Spark's
+        answer is reproduced; otherwise Spark's expressions over the local rows (Catalyst on
+        the driver, no job). Kernel stages may set times, so their plans stay on Spark
+        (executor/lateness.py)."""
         source = self.value(node.input)
         if not isinstance(source, DataFrame):
             table = source.table(self.xp, self.encoder)
             try:
-                for run in linear.runs(node.stages):
-                    table = self._kernels(run, table) if isinstance(run[0], ir.Kernel) else \
-                        expressions.compile_stages(run, table.schema)(table)
+                out = expressions.compile_stages(node.stages, table.schema)(table)
             except (expressions.NotCompiled, expressions.Fallback):
                 pass
             else:
-                return self._encoded(table, self.runner.node_schemas[node])
+                return self._encoded(out, self.runner.node_schemas[node])
         return linear.apply(self.frame(node.input), node.stages, [TIME], self.runner.backend)
-
-    def _kernels(self, run: tuple, table: pa.Table) -> pa.Table:
-        """A run of kernel stages over the step's updates, as Spark's mapInArrow calls it
-        per batch (executor/kernels.py)."""
-        schema = to_arrow_schema(kernels.output_schema(run[-1], [TIME]))
-        if not table.num_rows:
-            return schema.empty_table()
-        cols = batch_to_arrays(table.combine_chunks().to_batches()[0], self.xp)
-        out = kernels.run_chain(self.xp, cols, [TIME], run)
-        return pa.Table.from_batches([arrays_to_batch(out, schema, self.xp)])
 
     def empty(self, schema: StructType) -> Changes:
         none = self.xp.zeros(0, dtype=self.xp.int64)

@@ -67,6 +67,15 @@ class Mirror:
         mirror.spine = mirror.spine.appended(run, run.size) if run.size else mirror.spine
         return mirror
 
+    @property
+    def size(self) -> int:
+        return sum(r.size for _, r in self.spine.batches)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the runs' arrays: (columns + time + diff) x 8 per update held."""
+        return sum(int(a.nbytes) for _, r in self.spine.batches for a in (*r.cols, r.t, r.d))
+
     def appended(self, run: Run, since: int) -> "Mirror":
         """A new mirror with `run` added; merges advance times below `since`."""
         if not run.size:

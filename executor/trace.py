@@ -122,7 +122,9 @@ class Trace:
         sizes = [s for s, _ in self.synced().spine.batches]
         return {"keys": list(self.keys), "batches": len(sizes), "records": sum(sizes),
                 "batch_records": sizes, "bytes": sum(_bytes(b) for b in self.batches),
-                "since": self.since, "upper": self.upper}
+                "since": self.since, "upper": self.upper,
+                "mirror_records": 0 if self.mirror is None else self.mirror.size,
+                "mirror_bytes": 0 if self.mirror is None else self.mirror.nbytes}
 
 
 def _bytes(df: DataFrame) -> int:

@@ -35,11 +35,6 @@ def count_positive(xp, group, cols, count):
     return xp.arange(n, dtype=xp.int64), {"positive": totals}
 
 
-def doubled(xp, cols):
-    """A kernel join_function: one output per input, its id doubled."""
-    return {"c_id": cols["c_id"], "twice": cols["o_id"] * 2}
-
-
 def relational_flow() -> Dataflow:
     flow = Dataflow()
     o = flow.input("orders", ORDERS)
@@ -57,13 +52,14 @@ def relational_flow() -> Dataflow:
         1, order_by="-total", by=["status"]))
     flow.output("top_desc", o.top_k(2, order_by="placed DESC NULLS FIRST, total", by=["status"]))
     flow.output("statuses", o.map("c_id", "status").distinct())
+    flow.output("priced", o.filter("total IS NULL OR total > 0").map(
+        "c_id", "upper(status) AS status", "total * 2 AS doubled", "placed",
+        "CASE WHEN rush THEN 'rush' ELSE 'normal' END AS speed").count(by=["status", "speed"]))
     flow.output("twice", o.map("status", "rush").threshold("CASE WHEN count >= 2 THEN 1 ELSE 0 END"))
     flow.output("lonely", c.antijoin(o, on=["c_id"]))
     flow.output("kept", o.semijoin(c.filter("segment IS NOT NULL"), on=["c_id"]))
     flow.output("positive", o.map("c_id", "score").filter("score IS NOT NULL").reduce(
         by=["c_id"], kernel=count_positive, schema="positive BIGINT"))
-    flow.output("kernel_map", o.map("c_id", "o_id").join_function(
-        kernel=doubled, schema="c_id BIGINT, twice BIGINT").count(by=["twice"]))
     return flow
 
 

@@ -176,3 +176,19 @@ def test_iterate_benchmark_smoke(spark, tmp_path):
     r = payload["bfs"]
     assert r["edges"] == 200 and r["first_step_rounds"] and r["incremental_rounds"]
     assert json.loads(out.read_text())["bfs"]["reached"] == r["reached"] > 0
+
+
+def test_relational_benchmark_smoke(tmp_path):
+    """The relational view on the driver, and DuckDB recomputing it, agree after every step
+    (the benchmark fails otherwise); every step after the load ran on the driver."""
+    pytest.importorskip("duckdb")
+    from benchmarks import relational
+
+    out = tmp_path / "relational.json"
+    payload = relational.main(["--rows", "2000", "--steps", "2", "--changes", "60",
+                               "--peers", "duckdb", "--conf", "diffspark.partitions=2",
+                               "--conf", "spark.master=local[2]", "--out", str(out)])
+    assert payload["correct"] == {"diffspark": True, "duckdb": True}
+    assert payload["summary"]["steps_on_driver"] == 2
+    assert len(payload["results"]["duckdb"]["digests"]) == 3
+    assert "median step ms" in relational.report(payload)

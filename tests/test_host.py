@@ -50,7 +50,7 @@ cuts = st.sets(st.integers(1, HORIZON - 1), min_size=1, max_size=3).map(
     lambda s: sorted(s) + [HORIZON])
 
 
-@settings(max_examples=examples(3, 6), deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(3, 5), deadline=None, suppress_health_check=list(HealthCheck))
 @given(edges=st.lists(edge, max_size=16), weights=st.lists(weight, max_size=8), cuts=cuts)
 @pytest.mark.parametrize("path", [{}, pytest.param(SPARK_ONLY, marks=pytest.mark.slow)],
                          ids=["host", "spark"])

@@ -51,7 +51,7 @@ PATHS = pytest.mark.parametrize(
 
 
 @pytest.mark.slow
-@settings(max_examples=examples(2, 4), deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(2, 3), deadline=None, suppress_health_check=list(HealthCheck))
 @given(edges=st.lists(edge, max_size=16), cuts=cuts)
 @PATHS
 def test_queries_match_reference(spark, conf, path, edges, cuts):

@@ -40,7 +40,6 @@ def run_quick(spark, tmp_path, only: str = ""):
     return text
 
 
-@pytest.mark.slow
 def test_run_all_quick_kernels(spark, tmp_path):
     text = run_quick(spark, tmp_path, "kernels")
     assert "| extend_as_of " in text and "H100 roofline us" in text  # measured vs roofline

@@ -77,8 +77,10 @@ class CliError(ValueError):
 
 # ---------------------------------------------------------------------------- arguments
 def _parser() -> argparse.ArgumentParser:
+    # `diffspark` is the installed console script (pyproject.toml), the same program.
+    prog = "diffspark" if Path(sys.argv[0]).name == "diffspark" else "python -m executor"
     p = argparse.ArgumentParser(
-        prog="python -m executor",
+        prog=prog,
         description="diffspark: differential dataflow on Apache Spark.")
     verbs = p.add_subparsers(dest="verb", required=True,
                              metavar="{run,explain,demo,triangles,gpu-check}")

@@ -28,7 +28,10 @@ __all__ = [
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-CONFIGS_DIR = REPO_ROOT / "configs"
+# The profiles live in configs/ at the top of a checkout; an installed package (pip install .)
+# carries them as executor/configs/ (pyproject.toml), which only an installed copy has.
+_INSTALLED_CONFIGS = Path(__file__).resolve().parent / "configs"
+CONFIGS_DIR = _INSTALLED_CONFIGS if _INSTALLED_CONFIGS.is_dir() else REPO_ROOT / "configs"
 MAX_ROUNDS_KEY = "diffspark.iterate.max_rounds"
 DEFAULT_MAX_ROUNDS = 1000
 PROFILES = {"cpu": CONFIGS_DIR / "cpu.conf", "gpu": CONFIGS_DIR / "gpu.conf"}

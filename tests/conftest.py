@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -14,6 +15,22 @@ SHARED = ROOT.parent / "shared"
 
 TEST_OVERRIDES = ["spark.master=local[2]", "diffspark.partitions=2",
                   "spark.driver.memory=3g"]
+
+# Hypothesis profiles: "dev" (random examples, remembered failures) by default; "ci" (the same
+# examples on every run, each failure printed with its reproduction blob) where the CI runner
+# sets CI=true. HYPOTHESIS_PROFILE names either one. No deadline in either: a step's time on a
+# shared 2-core machine says nothing about its correctness.
+settings.register_profile("dev", settings.get_profile("default"), deadline=None)
+settings.register_profile("ci", settings.get_profile("default"), deadline=None,
+                          derandomize=True, database=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE")
+                      or ("ci" if os.environ.get("CI", "").lower() in ("1", "true") else "dev"))
+
+
+def examples(dev: int, ci: int) -> int:
+    """max_examples for a Spark-backed property test: few while developing (each example is
+    several Spark steps), more in CI's one run of the whole suite."""
+    return ci if settings.get_current_profile_name() == "ci" else dev
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import outputs_rows, run_against_reference, updates_df
+from conftest import examples, outputs_rows, run_against_reference, updates_df
 from executor import PlanError, Runner
 from plans import Dataflow
 
@@ -55,7 +55,7 @@ weight = st.tuples(st.tuples(node, st.one_of(st.none(), st.integers(-3, 3))),
 cuts = st.sets(st.integers(1, HORIZON - 1), max_size=2).map(lambda s: sorted(s) + [HORIZON])
 
 
-@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(2, 4), deadline=None, suppress_health_check=list(HealthCheck))
 @given(edges=st.lists(edge, max_size=14), weights=st.lists(weight, max_size=8), cuts=cuts)
 def test_joins_and_reductions_match_reference(spark, conf, edges, weights, cuts):
     run_against_reference(spark, conf, stateful_flow(), {"e": (E, edges), "n": (N, weights)},

@@ -9,6 +9,7 @@ import json
 import pytest
 
 
+@pytest.mark.slow
 def test_linear_benchmark_smoke(spark, tmp_path):
     from benchmarks import linear
 
@@ -50,6 +51,7 @@ def test_markdown_table_aligns_numbers():
     assert lines[3] == "| bb  | 12.25 |       |"
 
 
+@pytest.mark.slow
 def test_arrangements_benchmark_smoke(spark, tmp_path):
     from benchmarks import arrangements
 
@@ -69,6 +71,7 @@ def test_arrangements_benchmark_smoke(spark, tmp_path):
     assert (tmp_path / "arrangements.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_triangles_benchmark_smoke(spark, tmp_path):
     """Static rows on a small R-MAT graph; peers are measured only where installed
     (benchmarks/requirements-peers.txt), and every count must equal the kernel's; so are

@@ -177,6 +177,7 @@ def test_zip_holds_every_package(tmp_path):
     assert all(n.endswith(".py") for n in names)
 
 
+@pytest.mark.slow  # a standalone cluster: five JVMs or more
 def test_flagship_triangles_on_the_cluster_equal_local_mode(graph, jobs, spark, conf):
     """`triangles --edges` on an R-MAT graph of 3,000 edges: the executors read the file,
     the driver counts; the printed count equals local mode and a brute-force count."""
@@ -194,6 +195,7 @@ KERNEL_UPDATES = [((1,), 0, 1), ((2,), 0, 1), ((0,), 0, 3), ((3,), 1, 2), ((2,),
                   ((5,), 2, 1), ((1,), 3, 1), ((3,), 3, -2)]
 
 
+@pytest.mark.slow  # a standalone cluster: five JVMs or more
 def test_kernel_plan_runs_on_the_executors_from_the_shipped_zip(cluster, jobs, spark, conf):
     """`run` of a plan with an array kernel in 2 steps: mapInArrow runs in Python workers on
     the executor, which import executor/ and gpu_kernels/ from the --py-files zip only. The

@@ -3,8 +3,9 @@
 at random), then started again until it finishes: the output directory has the rows of an
 uninterrupted run, which are the reference interpreter's answer.
 
-Every run starts a JVM (10-20 s on an idle machine): the default test kills twice over three
-steps; the full test (slow) kills ten times over twenty steps and also compares with an
+Every run starts a JVM (10-20 s on an idle machine), so both tests are slow (CI runs them;
+tests/test_state.py dies at the commit points in-process in the fast suite): one kills twice
+over three steps; the full one kills ten times over twenty steps and also compares with an
 uninterrupted run.
 """
 from __future__ import annotations
@@ -134,6 +135,7 @@ def crash_and_resume(spark, tmp: Path, steps: int, kills: list, uninterrupted: b
         assert output_rows(tmp / "plain") == got
 
 
+@pytest.mark.slow  # four JVM starts: the slowest test of the fast suite
 def test_killed_twice_then_resumed(spark, tmp_path):
     crash_and_resume(spark, tmp_path, 3, ["commit:before-rename@2", "after step 2/"], False)
 

@@ -1,4 +1,5 @@
-"""environment.yml (conda, GPU machines) agrees with requirements.txt (pip, CPU machines)."""
+"""environment.yml (conda, GPU machines) agrees with the pip requirement files (CPU machines;
+pyproject.toml reads them: runtime, [test] and [gpu])."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 # pip name -> conda name, where they differ.
-CONDA_NAMES: dict[str, str] = {}
+CONDA_NAMES: dict[str, str] = {"cupy-cuda12x": "cupy"}
+REQUIREMENT_FILES = ("requirements.txt", "requirements-test.txt", "requirements-gpu.txt")
 
 
 def normalise(name: str) -> str:
@@ -35,11 +37,13 @@ def exact_version(constraint: str) -> str | None:
 
 def requirements() -> dict[str, str]:
     out = {}
-    for line in (ROOT / "requirements.txt").read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            name, constraint = split_spec(line)
-            out[name] = constraint
+    for file in REQUIREMENT_FILES:
+        for line in (ROOT / file).read_text().splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line:
+                name, constraint = split_spec(line)
+                assert name not in out, f"{name} pinned twice ({file})"
+                out[name] = constraint
     return out
 
 
@@ -64,7 +68,7 @@ def environment_packages() -> tuple[dict[str, str], dict[str, str]]:
 
 def test_requirements_are_exact_pins():
     for name, constraint in requirements().items():
-        assert exact_version(constraint), f"requirements.txt: pin {name} to one version"
+        assert exact_version(constraint), f"{name}: pin it to one version"
 
 
 def test_channels_and_name():
@@ -82,11 +86,11 @@ def test_requirement_pinned_the_same_in_environment(name):
         got = conda[conda_name]
         where = "conda"
     else:
-        assert name in pip, f"{name} from requirements.txt is missing in environment.yml"
+        assert name in pip, f"{name} from {REQUIREMENT_FILES} is missing in environment.yml"
         got = pip[name]
         where = "pip"
     assert exact_version(got) == wanted, (
-        f"environment.yml ({where}) has {name}{got}, requirements.txt pins {name}=={wanted}"
+        f"environment.yml ({where}) has {name}{got}, pip pins {name}=={wanted}"
     )
 
 

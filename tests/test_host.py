@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import host, i64, outputs_rows, run_against_reference, updates_df
+from conftest import examples, host, i64, outputs_rows, run_against_reference, updates_df
 from executor import Runner
 from executor.errors import InputError
 from plans import Dataflow
@@ -50,7 +50,7 @@ cuts = st.sets(st.integers(1, HORIZON - 1), min_size=1, max_size=3).map(
     lambda s: sorted(s) + [HORIZON])
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(3, 5), deadline=None, suppress_health_check=list(HealthCheck))
 @given(edges=st.lists(edge, max_size=16), weights=st.lists(weight, max_size=8), cuts=cuts)
 @pytest.mark.parametrize("path", [{}, pytest.param(SPARK_ONLY, marks=pytest.mark.slow)],
                          ids=["host", "spark"])

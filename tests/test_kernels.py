@@ -20,8 +20,7 @@ EDGE = [INT64_MIN, INT64_MIN + 1, -(2**32), -3037000500, -3037000499, -2, -1, 0,
         3037000499, 3037000500, 2**31, 2**32, 2**62, INT64_MAX - 1, INT64_MAX]
 int64s = st.one_of(st.sampled_from(EDGE), st.integers(INT64_MIN, INT64_MAX))
 
-settings.register_profile("kernels", max_examples=60, deadline=None)
-settings.load_profile("kernels")
+examples = settings(max_examples=60)
 
 
 
@@ -84,6 +83,7 @@ def test_to_numpy(xp):
 
 # expand --------------------------------------------------------------------------------------
 
+@examples
 @given(st.lists(st.integers(0, 4), max_size=8))
 def test_parents(xp, counts):
     expected = [i for i, c in enumerate(counts) for _ in range(c)]
@@ -91,6 +91,7 @@ def test_parents(xp, counts):
     assert parent.dtype == xp.int64 and host(xp, parent) == expected
 
 
+@examples
 @given(st.data())
 def test_expand_matches_row_by_row(xp, data):
     n = data.draw(st.integers(0, 6))
@@ -103,6 +104,7 @@ def test_expand_matches_row_by_row(xp, data):
     assert got == sequential(updates, spec)
 
 
+@examples
 @given(st.data())
 def test_compose_is_sequential_and_associative(xp, data):
     n = data.draw(st.integers(0, 4))
@@ -134,6 +136,7 @@ def test_compose_is_sequential_and_associative(xp, data):
 coords = st.lists(st.integers(-5, 5), min_size=4, max_size=4)
 
 
+@examples
 @given(st.lists(coords, min_size=1, max_size=3), st.lists(coords, min_size=1, max_size=3))
 def test_time_lattice(xp, a, b):
     k = min(len(a), len(b))
@@ -169,6 +172,7 @@ def check_elementwise(xp, fn, op, pairs_):
             fn(xp, a, b)
 
 
+@examples
 @given(pairs)
 def test_multiply_diffs_exact_overflow(xp, pairs_):
     check_elementwise(xp, gk.multiply_diffs, lambda x, y: x * y, pairs_)
@@ -190,11 +194,13 @@ def test_multiply_diffs_message_and_types(xp):
     assert gk.multiply_diffs(xp, d, None) is d and gk.multiply_diffs(xp, None, d) is d
 
 
+@examples
 @given(pairs)
 def test_add_diffs_exact_overflow(xp, pairs_):
     check_elementwise(xp, gk.add_diffs, lambda x, y: x + y, pairs_)
 
 
+@examples
 @given(st.lists(st.lists(int64s, min_size=1, max_size=4), max_size=4))
 def test_sum_segments(xp, segments):
     starts = list(np.cumsum([0] + [len(s) for s in segments[:-1]]).tolist()) if segments else []
@@ -218,6 +224,7 @@ row = st.tuples(st.integers(-2, 2), st.sampled_from([0.5, -0.0, 0.0, -1.5, math.
                 st.booleans(), st.integers(0, 2), st.integers(-2, 2))
 
 
+@examples
 @given(st.lists(row, max_size=40))
 def test_consolidate_matches_dict_oracle(xp, rows):
     totals = defaultdict(int)
@@ -236,6 +243,7 @@ small = st.integers(-3, 3)
 huge = st.sampled_from([-(2**63), -(2**40), 0, 2**40, 2**63 - 1])
 
 
+@examples
 @given(st.lists(st.tuples(small, small, st.one_of(small, huge)), max_size=20))
 def test_sort_by_is_stable_lexicographic(xp, rows):
     """Packed into one key when the ranges allow (small values), lexicographic passes when
@@ -266,6 +274,7 @@ def test_consolidate_empty(xp):
 edges = st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), max_size=25, unique=True)
 
 
+@examples
 @given(edges, st.lists(st.tuples(st.integers(-1, 7), st.integers(-1, 7)), max_size=12))
 def test_csr_ranges_neighbours_contains(xp, edge_list, queries):
     edge_list = sorted(edge_list)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import outputs_rows, run_against_reference, updates_df
+from conftest import examples, outputs_rows, run_against_reference, updates_df
 from executor import Runner
 from executor.lateness import late
 from executor.running import counted
@@ -53,7 +53,7 @@ def test_which_arrangements_counts_keep_as_totals():
     assert plan["live"] not in moved and plan["by_src"] not in moved  # counts hold back
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(3, 5), deadline=None, suppress_health_check=list(HealthCheck))
 @given(edges=st.lists(edge, max_size=16), weights=st.lists(weight, max_size=8), cuts=cuts)
 def test_counts_over_totals_match_reference(spark, conf, edges, weights, cuts):
     run_against_reference(spark, conf, counting_flow(), {"e": (E, edges), "n": (N, weights)},

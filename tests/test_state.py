@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT, outputs_rows, updates_df
+from conftest import ROOT, examples, outputs_rows, updates_df
 from executor import InputError, Runner, StateError
 from executor import state as durable
 from executor.reference import reference
@@ -67,7 +67,7 @@ weight = st.tuples(st.tuples(node, st.integers(-3, 3)), st.integers(0, HORIZON -
                    st.sampled_from([-1, 1, 2]))
 
 
-@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(2, 4), deadline=None, suppress_health_check=list(HealthCheck))
 @given(edges=st.lists(edge, min_size=1, max_size=10), weights=st.lists(weight, max_size=6),
        cuts=st.sets(st.integers(1, HORIZON - 1), min_size=1, max_size=1),
        data=st.data())

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import run_against_reference
+from conftest import examples, run_against_reference
 from executor.reference import reference
 from plans import Dataflow
 from plans.builder import Collection
@@ -51,7 +51,7 @@ PATHS = pytest.mark.parametrize(
 
 
 @pytest.mark.slow
-@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(2, 3), deadline=None, suppress_health_check=list(HealthCheck))
 @given(edges=st.lists(edge, max_size=16), cuts=cuts)
 @PATHS
 def test_queries_match_reference(spark, conf, path, edges, cuts):

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from conftest import rows_of
+from conftest import examples, rows_of
 from executor import Runner
 from executor.reference import reference
 from plans import Dataflow
@@ -93,7 +93,7 @@ def _table(ddl: str, updates) -> pa.Table:
                                 schema=arrow)
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(4, 8), deadline=None, suppress_health_check=list(HealthCheck))
 @given(orders=_updates(order), customers=_updates(customer),
        cuts=st.sets(st.integers(1, HORIZON - 1), max_size=3).map(
            lambda s: sorted(s) + [HORIZON]))

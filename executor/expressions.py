@@ -343,11 +343,17 @@ def _div(c: _Compiler, node) -> Expr:
     a, b = _to(a, DOUBLE), _to(b, DOUBLE)
 
     def fn(tbl):
-        y = b.fn(tbl)
-        if pc.any(pc.equal(y, 0.0)).as_py():
+        x, y = a.fn(tbl), b.fn(tbl)
+        if _zero_divisor(x, y, 0.0):  # Spark's error, only where both sides are present
             raise Fallback("division by zero")
-        return pc.divide(a.fn(tbl), y)
+        return pc.divide(x, y)
     return Expr(DOUBLE, fn)
+
+
+def _zero_divisor(x, y, zero) -> bool:
+    """Whether some row divides a present value by a present zero (a null on either side
+    gives null: Spark evaluates neither)."""
+    return bool(pc.any(pc.and_(pc.equal(y, zero), pc.is_valid(x))).as_py())
 
 
 def _mod(c: _Compiler, node) -> Expr:
@@ -360,7 +366,7 @@ def _mod(c: _Compiler, node) -> Expr:
 
     def fn(tbl):
         x, y = pc.cast(a.fn(tbl), pa.int64()), pc.cast(b.fn(tbl), pa.int64())
-        if pc.any(pc.equal(y, 0)).as_py():
+        if _zero_divisor(x, y, 0):
             raise Fallback("remainder by zero")
         null = pc.or_(pc.is_null(x), pc.is_null(y))
         xs = np.asarray(pc.fill_null(x, 0))

@@ -69,9 +69,8 @@ def main(argv=None, spark=None):
     args = p.parse_args(argv)
     own_session = spark is None
     spark, conf = common.session(args.profile, args.conf, spark)
-    payload = {"benchmark": "expressions", "command": common.command_line(argv),
-               "machine": common.machine_info(spark, conf), "stages": [s.label() for s in STAGES],
-               "sizes": {}}
+    payload = {**common.header("expressions", argv, spark, conf),
+               "stages": [s.label() for s in STAGES], "sizes": {}}
     try:
         for n in args.sizes:
             table = updates(n)
@@ -100,6 +99,15 @@ def main(argv=None, spark=None):
     path = common.save_json(common.results_path("expressions", args.out), payload)
     print("saved", path)
     return payload
+
+
+def report(payload: dict) -> str:
+    """The README's table for this benchmark."""
+    rows = [[f"{int(n):,}", m["rows_out"], round(m["arrow_s"] * 1e3, 2),
+             round(m["catalyst_local_s"] * 1e3, 1), m["speedup"], m["equal"]]
+            for n, m in payload["sizes"].items()]
+    return common.markdown_table(["rows in", "rows out", "Arrow ms", "Catalyst-local ms",
+                                  "Catalyst / Arrow", "equal"], rows)
 
 
 if __name__ == "__main__":

@@ -93,7 +93,7 @@ def _table(ddl: str, updates) -> pa.Table:
                                 schema=arrow)
 
 
-@settings(max_examples=examples(4, 8), deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(3, 5), deadline=None, suppress_health_check=list(HealthCheck))
 @given(orders=_updates(order), customers=_updates(customer),
        cuts=st.sets(st.integers(1, HORIZON - 1), max_size=3).map(
            lambda s: sorted(s) + [HORIZON]))

@@ -111,6 +111,7 @@ def test_bfs_equals_recomputation_at_ten_times(spark, conf):
 
 
 @pytest.mark.slow
+@pytest.mark.ci
 def test_reach_bfs_components_equal_recomputation_over_ten_steps(spark, conf):
     """All three iterates, reading one arranged edges trace."""
     stream = random_stream(random.Random(7), steps=10, nodes=9, start_edges=12)

@@ -399,6 +399,8 @@ def machine_info(spark=None, conf: Optional[dict] = None, peers: Sequence[str] =
         "git": git_revision(),
         "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
+    if "cupy" in peers:
+        info["gpu"] = _gpu()
     if spark is not None:
         info["versions"]["spark"] = spark.version
         sc = spark.sparkContext
@@ -410,6 +412,19 @@ def machine_info(spark=None, conf: Optional[dict] = None, peers: Sequence[str] =
     if conf is not None:
         info["diffspark"] = {k: v for k, v in conf.items() if k.startswith("diffspark.")}
     return info
+
+
+def _gpu() -> Optional[dict]:
+    """The CUDA device cupy runs on (name, memory, CUDA runtime), None where it sees none."""
+    try:
+        import cupy
+
+        props = cupy.cuda.runtime.getDeviceProperties(0)
+        return {"name": props["name"].decode(),
+                "memory_gib": round(props["totalGlobalMem"] / 2**30, 1),
+                "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion()}
+    except Exception:  # not installed, no driver, no device
+        return None
 
 
 def results_path(name: str, out: Optional[str]) -> Path:

@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import common  # noqa: E402
 from executor.progress import progress  # noqa: E402
+from gpu_kernels.backend import gpu_visible  # noqa: E402
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 README = common.ROOT / "README.md"
@@ -55,6 +56,8 @@ class Bench:
     # overview rows: (case, diffspark s, baseline s, peers' seconds as text[, baseline
     # stopped early]); None: the benchmark has its block only
     script: str = ""  # benchmarks/SCRIPT.py (default: the name)
+    gpu: bool = False  # runs only where cupy sees a GPU; elsewhere its saved JSON is reported
+
 
     @property
     def module(self) -> str:
@@ -130,6 +133,11 @@ TRIANGLES_PEERS = "DuckDB, networkit, kuzu (benchmarks/requirements-peers.txt, w
 BENCHMARKS = (
     Bench("kernels", ("--rows", "2000", "--repeat", "1"), ("--rows", "1000000", "--repeat", "3"),
           "numpy on this CPU", "H100 roofline (3 TB/s; gpu_kernels/roofline.py)"),
+    Bench("kernels_h100", ("--backend", "cupy", "--rows", "2000", "--repeat", "1"),
+          ("--backend", "cupy", "--rows", "10000000", "--repeat", "3", "--graphs",
+           "snap,1000000,5000000,20000000"),
+          "numpy on the same machine (triangle counts)",
+          "H100 roofline (3 TB/s; gpu_kernels/roofline.py)", script="kernels", gpu=True),
     Bench("linear", ("--rows", "20000", "--warmup-rows", "2000", *SMOKE_CONF),
           ("--rows", "10000000"),
           "Spark SQL on the same session (operator at a time; SQL expressions; SQL aggregate)",
@@ -212,6 +220,10 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     else:
         quick = args.quick
         for b in progress(chosen, desc="benchmarks"):
+            if b.gpu and not gpu_visible():
+                print(f"== {b.name}: skipped, no GPU visible to cupy here (its saved JSON, "
+                      "if any, is still reported)", flush=True)
+                continue
             code = run_one(b, results, quick, args.conf)
             if code:
                 failed[b.name] = code
@@ -268,9 +280,11 @@ def provenance(payload: dict) -> str:
     cpu = m.get("cpu_model") or m.get("processor") or "CPU"
     load = m.get("load_average")
     when = (m.get("started") or "")[:10]
+    gpu = m.get("gpu") or {}
     return (f"`{payload.get('command', '?')}` at commit {common.commit_label(m)}"
             f"{', ' + when if when else ''}: {m.get('nproc', '?')} cores ({cpu}), "
             f"{m.get('mem_total_gib', '?')} GiB"
+            + (f", GPU {gpu['name']} ({gpu['memory_gib']} GiB)" if gpu else "")
             + (f", load average {load[0]} at the start" if load else "") + ".")
 
 

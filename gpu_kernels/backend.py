@@ -20,7 +20,8 @@ def _cupy():
     return xp
 
 
-def _gpu_visible():
+def gpu_visible() -> bool:
+    """Whether cupy is importable and sees a CUDA device."""
     try:
         import cupy
 
@@ -42,7 +43,7 @@ def namespace(name):
 
         return xp
     if name == "auto":
-        return _cupy() if _gpu_visible() else namespace("numpy")
+        return _cupy() if gpu_visible() else namespace("numpy")
     raise ValueError(f"unknown array backend {name!r}: expected one of {BACKENDS + ('strict',)}")
 
 

@@ -23,7 +23,8 @@ def run_quick(tmp_path, only: str = ""):
     results = tmp_path / "results"
     argv = ["--quick", "--results", str(results), "--readme", str(readme)]
     ran = run_all.main(argv + (["--only", only] if only else []))
-    names = [b.name for b in run_all.BENCHMARKS if not only or b.name in only.split(",")]
+    names = [b.name for b in run_all.BENCHMARKS if (not only or b.name in only.split(","))
+             and (not b.gpu or run_all.gpu_visible())]
     assert sorted(ran["blocks"]) == sorted(names)
     text = readme.read_text()
     assert text.startswith("intro\n") and text.endswith("rest\n") and "\nmiddle\n" in text
@@ -72,6 +73,25 @@ def test_run_all_quick_every_benchmark(tmp_path):
     assert all(b["duckdb_correct"] for b in inc["batches"])
     peers = json.loads((results / "triangles.json").read_text())["machine"]["peers"]
     assert set(peers) == {"duckdb", "networkit", "kuzu"}
+
+
+def test_gpu_benchmarks_are_skipped_without_a_gpu(tmp_path, monkeypatch, capsys):
+    """A GPU entry runs nothing where cupy sees no GPU (no failure), and its block is still
+    made from its saved JSON, so the H100 figures in the README stay generated."""
+    monkeypatch.setattr(run_all, "gpu_visible", lambda: False)
+    monkeypatch.setattr(run_all, "run_one", lambda *a: pytest.fail("ran a GPU benchmark"))
+    (gpu,) = [b for b in run_all.BENCHMARKS if b.gpu]
+    results = tmp_path / "results"
+    results.mkdir()
+    saved = common.RESULTS_DIR / f"{gpu.name}.json"
+    (results / saved.name).write_text(saved.read_text())
+    readme = tmp_path / "README.md"
+    start, end = run_all.block_markers(gpu.name)
+    readme.write_text(f"{run_all.START}\n{run_all.END}\n{start}\nold\n{end}\n")
+    ran = run_all.main(["--only", gpu.name, "--results", str(results), "--readme", str(readme)])
+    assert "skipped, no GPU visible" in capsys.readouterr().out
+    assert "| extend_as_of " in ran["blocks"][gpu.name] and "cupy ms" in ran["blocks"][gpu.name]
+    assert "| rmat-5000000 " in readme.read_text() and "\nold\n" not in readme.read_text()
 
 
 def test_readme_blocks_are_generated_from_the_committed_json(tmp_path):

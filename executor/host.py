@@ -186,12 +186,6 @@ class HostStep:
             return self._query(node)
         raise Unsupported(node.label())
 
-    def decoder(self, changes: Changes):
-        """A function that decodes `changes` to Arrow when called (only if Spark reads
-        them)."""
-        xp, encoder = self.xp, self.encoder
-        return lambda: changes.table(xp, encoder)
-
     def _linear(self, node: ir.Linear):
         """A fused chain on Arrow (executor/expressions.py) where it compiles and Spark's
         answer is reproduced; otherwise Spark's expressions over the local rows (Catalyst on
@@ -223,15 +217,17 @@ class HostStep:
         return Changes(c.schema, keys[:-1], keys[-1], d)
 
     # ------------------------------------------------------------------ arrangements
-    def mirror(self, node: ir.Arrange, trace: Trace, columns: list[str], nkeys: int) -> Mirror:
-        """The trace's mirror, built from its Spark batches (one job) when it has none; kept
-        on the trace (in place: it is the same collection)."""
+    def mirror(self, node: ir.Arrange, trace: Trace, columns: list[str], nkeys: int,
+               schema: StructType) -> Mirror:
+        """The trace's mirror, built from its Spark batches (updates with `schema`; one job)
+        when it has none; kept on the trace (in place: it is the same collection)."""
         if trace.mirror is None:
             records = sum(s for s, _ in trace.synced().spine.batches)
             if records > host_mirror_rows(self.runner.conf) or not trace.mirrorable:
                 raise Unsupported(f"{node.label()}: no mirror of {records} records")
             try:
-                trace.mirror = Mirror.of(self.xp, trace.batches, columns, nkeys, self.encoder)
+                trace.mirror = Mirror.of(self.xp, trace.batches, columns, nkeys, self.encoder,
+                                         schema)
             except NoCode as e:  # a value without a code: this trace is never mirrored
                 trace.mirrorable = False
                 raise Unsupported(str(e)) from None
@@ -244,15 +240,17 @@ class HostStep:
         keys = list(node.keys) if node.keys is not None else batch.names
         trace = runner._state.get(node) or Trace(keys, [TIME], runner.partitions)
         columns = keys + [c for c in batch.names if c not in keys]
-        old = self.mirror(node, trace, columns if node not in runner._counted else keys, len(keys))
-        if node in runner._counted:  # the count appends its totals (see _reduce)
+        if node in runner._counted:  # its trace holds per-key totals, the count appends
+            fields = {f.name: f for f in batch.schema.fields}  # them (see _reduce)
+            old = self.mirror(node, trace, keys, len(keys),
+                              _updates_schema([fields[k] for k in keys]))
             self.views[node] = _View(trace, old, batch, None)
             return batch
+        old = self.mirror(node, trace, columns, len(keys), batch.schema)
         since = trace.next_since(self.upto - 1)
         run = run_of(self.xp, [batch.col(c) for c in columns], batch.t, batch.d)
         self.views[node] = _View(trace, old, batch, old.reading(run))
-        self.commits[node] = trace.host_appended(old.appended(run, since), batch.size,
-                                                 self.decoder(batch), self.upto, since)
+        self.commits[node] = trace.host_appended(old.appended(run, since), self.upto, since)
         return batch
 
     # ------------------------------------------------------------------ reductions
@@ -302,10 +300,8 @@ class HostStep:
             since = view.trace.next_since(self.upto - 1)
             weighted = out.col("count") * out.d
             totals = run_of(xp, out.cols[:-1], out.t, weighted)
-            table = Changes(_updates_schema([fields[k] for k in keys]), list(totals.cols),
-                            totals.t, totals.d)
-            self.commits[arranged] = view.trace.host_appended(
-                old.appended(totals, since), table.size, self.decoder(table), self.upto, since)
+            self.commits[arranged] = view.trace.host_appended(old.appended(totals, since),
+                                                              self.upto, since)
         return out
 
     # ------------------------------------------------------------------ joins

@@ -4,8 +4,10 @@ A small step touches a few keys of arrangements that hold millions of updates; r
 through Spark costs jobs that scan every batch. A mirror holds the same updates as runs of
 arrays (numpy, or cupy on a GPU) sorted by (keys, values, time), merged geometrically by the
 trace's own Spine rule and compacted to the same `since`, so a lookup is a few binary
-searches per run (executor/host.py). The trace stays the durable, distributed state: it
-receives the host's updates when Spark next reads it (Trace.batches).
+searches per run (executor/host.py). While driver steps append to it, the mirror is the
+trace's storage: Spark receives it (decoded, arranged once) only when a Spark step or a
+reader of Spark batches next needs the trace (Trace.synced), so no second copy of the
+driver's updates is kept for Spark.
 """
 from __future__ import annotations
 
@@ -13,9 +15,12 @@ from dataclasses import dataclass
 from functools import reduce
 
 import numpy as np
+import pyarrow as pa
 from pyspark.sql import DataFrame
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
 
-from gpu_kernels import consolidate, group_starts, neighbours, sort_by
+from gpu_kernels import consolidate, group_starts, neighbours, sort_by, to_numpy
 
 from .spine import Spine
 from .time import DIFF, TIME
@@ -43,18 +48,25 @@ def run_of(xp, cols, t, d, since: int | None = None) -> Run:
 
 
 class Mirror:
-    """A trace's updates on the host: `columns` are its record columns, keys first."""
+    """A trace's updates on the host: `columns` are its record columns, keys first.
+    `schema` (the trace's updates as Spark has them: records in their order, time, diff) and
+    `encoder` decode the mirror back to Arrow (`table`)."""
 
-    def __init__(self, xp, columns: list[str], nkeys: int, spine: Spine | None = None):
+    def __init__(self, xp, columns: list[str], nkeys: int, spine: Spine | None = None,
+                 schema: StructType | None = None, encoder=None):
         self.xp, self.columns, self.nkeys = xp, list(columns), nkeys
         self.spine = spine if spine is not None else Spine(slack=4, combine=self._concat)
+        self.schema, self.encoder = schema, encoder
+
+    def _with(self, spine: Spine) -> "Mirror":
+        return Mirror(self.xp, self.columns, self.nkeys, spine, self.schema, self.encoder)
 
     @classmethod
-    def of(cls, xp, frames: list[DataFrame], columns: list[str], nkeys: int,
-           encoder) -> "Mirror":
-        """The mirror of a trace's batches, read in one Spark job and encoded
-        (executor/encoding.py; NoCode for what has no code)."""
-        mirror = cls(xp, columns, nkeys)
+    def of(cls, xp, frames: list[DataFrame], columns: list[str], nkeys: int, encoder,
+           schema: StructType) -> "Mirror":
+        """The mirror of a trace's batches (updates with `schema`), read in one Spark job
+        and encoded (executor/encoding.py; NoCode for what has no code)."""
+        mirror = cls(xp, columns, nkeys, schema=schema, encoder=encoder)
         if not frames:
             return mirror
         frame = reduce(DataFrame.union, frames).select(*columns, TIME, DIFF)
@@ -83,14 +95,23 @@ class Mirror:
         xp = self.xp
         spine = Spine(lambda r, _: self._compacted(r, since), 4, self._concat)
         spine.batches = list(self.spine.batches)
-        return Mirror(xp, self.columns, self.nkeys, spine.appended(run, run.size))
+        return self._with(spine.appended(run, run.size))
 
     def reading(self, run: Run) -> "Mirror":
         """The mirror with `run` as one more run, unmerged: a step reads its own updates
         apart from the older ones, which a merge may advance to the step's times."""
         spine = Spine(slack=self.spine.slack, combine=self._concat)
         spine.batches = self.spine.batches + ([(run.size, run)] if run.size else [])
-        return Mirror(self.xp, self.columns, self.nkeys, spine)
+        return self._with(spine)
+
+    def table(self) -> pa.Table:
+        """Every update held, decoded to Arrow in the trace's column order."""
+        run = self._concat_all([r for _, r in self.spine.batches])
+        fields = self.schema.fields
+        records = [self.encoder.decode(to_numpy(self.xp, run.cols[self.columns.index(f.name)]),
+                                       f.dataType) for f in fields[:-2]]
+        times = [pa.array(to_numpy(self.xp, a), type=pa.int64()) for a in (run.t, run.d)]
+        return pa.Table.from_arrays(records + times, schema=to_arrow_schema(self.schema))
 
     def _compacted(self, run: Run, since: int) -> tuple[Run, int]:
         merged = run_of(self.xp, run.cols, run.t, run.d, since)

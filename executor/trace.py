@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from functools import reduce
 from typing import Optional
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -39,18 +38,15 @@ def arrange(df: DataFrame, keys: list[str], time_cols: list[str], partitions: in
     return materialise_counted(consolidated.sortWithinPartitions(*map(q, keys + values + time_cols)))
 
 
-SYNC_ROWS = 1_000_000  # host updates held for Spark beyond which (and the trace) they go in
-
-
 @dataclass
 class Trace:
     """A spine of arranged batches with the frontiers `since` (times below it are advanced
     to it on merge) and `upper` (every update at a time below it is in the trace).
 
     Steps run on the driver (executor/host.py) update `mirror`, the trace's host copy, and
-    leave their updates in `unsynced` ((rows, a function that decodes them to Arrow)): the
-    first reader of `batches` decodes and arranges
-    them into one Spark batch. A Spark step's append drops the mirror (rebuilt on demand)."""
+    mark the Spark batches `stale`: the mirror then holds every update, and the first reader
+    of `batches` replaces them by the mirror, decoded and arranged as one Spark batch. A
+    Spark step's append drops the mirror (rebuilt on demand)."""
 
     keys: list[str]
     time_cols: list[str]
@@ -60,7 +56,7 @@ class Trace:
     upper: int = 0
     holds: dict = field(default_factory=dict)  # reader handle id -> its since
     mirror: Optional[Mirror] = None
-    unsynced: tuple = ()
+    stale: bool = False  # the mirror holds updates the Spark batches lack
     mirrorable: bool = True  # False once it held what a mirror cannot (a null): for good
 
     def __post_init__(self):
@@ -72,15 +68,14 @@ class Trace:
         return [b for _, b in self.synced().spine.batches]
 
     def synced(self) -> "Trace":
-        """This trace with the host's updates arranged into Spark batches."""
-        if self.unsynced:
-            spark = SparkSession.active()
-            frame = spark.createDataFrame(pa.concat_tables([decode() for _, decode
-                                                            in self.unsynced]))
+        """This trace with the mirror's updates as its Spark batches (one job to arrange)."""
+        if self.stale:
+            frame = SparkSession.active().createDataFrame(self.mirror.table())
             batch, size = arrange(frame, self.keys, self.time_cols, self.partitions, self.since)
             # in place: the same collection, now also readable by Spark
-            self.spine = self._spine(self.since).appended(batch, size) if size else self.spine
-            self.unsynced = ()
+            self.spine = Spine(slack=self.spine.slack).appended(batch, size) if size else \
+                Spine(slack=self.spine.slack)
+            self.stale = False
         return self
 
     def _spine(self, since: int) -> Spine:
@@ -105,24 +100,24 @@ class Trace:
                      spine.appended(batch, size) if size else spine,
                      max(self.since, since), upper, self.holds, mirrorable=self.mirrorable)
 
-    def host_appended(self, mirror: Mirror, rows: int, decode, upper: int,
-                      since: int) -> "Trace":
-        """A new trace with a host step's `rows` updates: `mirror` already holds them,
-        `decode()` gives them as Arrow (records, time, diff) for Spark, only if Spark reads
-        them; `since` from next_since."""
-        unsynced = self.unsynced + ((rows, decode),) if rows else self.unsynced
-        out = Trace(self.keys, self.time_cols, self.partitions, self.spine, since, upper,
-                    self.holds, mirror, unsynced)
-        held = sum(n for n, _ in unsynced)
-        if held > max(SYNC_ROWS, sum(s for s, _ in self.spine.batches)):
-            out.synced()  # bounded: host-only steps do not pile up updates forever
-        return out
+    def host_appended(self, mirror: Mirror, upper: int, since: int) -> "Trace":
+        """A new trace after a host step: `mirror` holds the step's updates too; `since`
+        from next_since."""
+        return Trace(self.keys, self.time_cols, self.partitions, self.spine, since, upper,
+                     self.holds, mirror, stale=self.stale or mirror is not self.mirror)
 
     def stats(self) -> dict:
-        sizes = [s for s, _ in self.synced().spine.batches]
+        """Batches, records and bytes where the trace is stored now: the mirror's runs
+        while Spark's batches are stale (nothing is synced to count them)."""
+        if self.stale:
+            sizes = [s for s, _ in self.mirror.spine.batches]
+            held = self.mirror.nbytes
+        else:
+            sizes = [s for s, _ in self.spine.batches]
+            held = sum(_bytes(b) for _, b in self.spine.batches)
         return {"keys": list(self.keys), "batches": len(sizes), "records": sum(sizes),
-                "batch_records": sizes, "bytes": sum(_bytes(b) for b in self.batches),
-                "since": self.since, "upper": self.upper,
+                "batch_records": sizes, "bytes": held, "stored": "driver" if self.stale
+                else "spark", "since": self.since, "upper": self.upper,
                 "mirror_records": 0 if self.mirror is None else self.mirror.size,
                 "mirror_bytes": 0 if self.mirror is None else self.mirror.nbytes}
 

@@ -191,24 +191,31 @@ def test_member(xp):
     assert host(xp, member(xp, cols, among)) == [True, False, True, False, True]
 
 
-def test_host_updates_reach_spark_in_bounded_batches(spark, conf, monkeypatch):
-    """Host steps leave their updates for Spark; once they outnumber both SYNC_ROWS and the
-    trace, they are arranged in (compacted), so a runner that never reads Spark stays small."""
+def test_host_steps_keep_one_copy_and_spark_reads_the_mirror(spark, conf):
+    """Driver steps keep their updates in the mirror alone (no second copy waiting for
+    Spark, however many steps run); a Spark step then reads the mirror, decoded and
+    arranged once, and agrees with a runner that stepped on Spark throughout."""
     from executor import trace as traces
 
-    monkeypatch.setattr(traces, "SYNC_ROWS", 4)
     flow = Dataflow()
-    flow.output("c", flow.input("g", G).count(by=["src"]))
-    runner = Runner(flow, conf=conf, spark=spark)
-    for t in range(8):
-        table = pa.table({"src": [t % 2, 2, 3], "dst": [t, t, t], "time": [t] * 3,
-                          "diff": [1, 1, -1]})
-        assert runner.step({"g": table}, upto=t + 1).host
-        (kept,) = [s for s in runner._state.values() if isinstance(s, traces.Trace)]
-        held = sum(n for n, _ in kept.unsynced)
-        assert held <= max(4, sum(s for s, _ in kept.spine.batches)), (t, held)
-    final = {r["src"]: r["count"] for r in runner.snapshot("c", 7).collect()}
-    assert final == {0: 4, 1: 4, 2: 8, 3: -8}
+    g = flow.input("g", G)
+    flow.output("c", g.count(by=["src"]))
+    flow.output("j", g.join(g.map("dst AS src", "src AS x"), on=["src"]))
+    ours = Runner(flow, conf=conf | {"diffspark.host.step_rows": "3"}, spark=spark)
+    theirs = Runner(flow, conf=conf | SPARK_ONLY, spark=spark)
+    for t in range(9):
+        rows = [(t % 2, t, t, 1), (2, t, t, 1), (3, t - 1, t, -1)]
+        if t == 6:  # a big step: on Spark, over the traces the driver kept
+            rows += [(t, 7, t, 1)]
+        table = pa.table(dict(zip(("src", "dst", "time", "diff"), map(list, zip(*rows)))))
+        assert ours.step({"g": table}, upto=t + 1).host == (t != 6), t
+        theirs.step({"g": table}, upto=t + 1)
+        traces_held = [s for s in ours._state.values() if isinstance(s, traces.Trace)]
+        assert all(tr.stale == (t != 6) for tr in traces_held), t
+        assert all(not hasattr(tr, "unsynced") for tr in traces_held)
+        if t != 6:  # the mirror is the storage: no Spark batch was added since the last sync
+            assert all(tr.stats()["stored"] == "driver" for tr in traces_held)
+    assert outputs_rows(ours, ["c", "j"]) == outputs_rows(theirs, ["c", "j"])
 
 
 @pytest.mark.parametrize("odd, on_host", [(None, [False, True, True]),

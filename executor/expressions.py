@@ -11,6 +11,7 @@ Subset: column refs, literals (INT/BIGINT by size, 1L/1S/1Y, 1.5 as DECIMAL(2,1)
 DOUBLE, strings, TRUE/FALSE, NULL, DATE '...', TIMESTAMP '...'), + - * % (integral), / (to
 DOUBLE), unary -, abs over TINYINT..BIGINT, DOUBLE and DECIMAL (Spark's precision and scale
 up to 38), comparisons and <=>, AND/OR/NOT, IS [NOT] NULL, IN, BETWEEN, CASE, IF, COALESCE,
+greatest/least (integral, DECIMAL, DATE, TIMESTAMP),
 upper/lower (ASCII), length, concat/||, substring, CAST among integral, DOUBLE, DECIMAL,
 BOOLEAN, STRING, DATE and TIMESTAMP where exact (tests/test_expressions.py proves each).
 """
@@ -522,6 +523,25 @@ def _coalesce(c, node):
     return Expr(t, lambda tbl: pc.coalesce(*[a.fn(tbl) for a in args]))
 
 
+def _element_wise(fn_name: str):
+    """greatest/least: Spark skips nulls (null only when every argument is null). DOUBLE is
+    not compiled: Spark orders NaN above every number, Arrow's element-wise max does not."""
+    def handler(c, node):
+        args = [c.compile(node.this)] + [c.compile(x) for x in node.expressions]
+        t = _common([a.type for a in args])
+        if not (_integral(t) or _decimal(t) or t in (DATE, TIMESTAMP)):
+            raise NotCompiled(f"{fn_name} over {t}")
+        args = [_to(a, t) for a in args]
+        # Arrow has no element-wise kernel for dates or zoned timestamps: compare their ints
+        storage = {DATE: pa.int32(), TIMESTAMP: pa.int64()}.get(t, t)
+
+        def fn(tbl):
+            values = [pc.cast(a.fn(tbl), storage) for a in args]
+            return pc.cast(getattr(pc, fn_name)(*values, skip_nulls=True), t)
+        return Expr(t, fn)
+    return handler
+
+
 # --- strings
 def _ascii_only(a: pa.Array, what: str) -> pa.Array:
     if pc.all(pc.string_is_ascii(a)).as_py() is False:
@@ -784,6 +804,7 @@ _HANDLERS = {
     exp.And: _logic("and_kleene"), exp.Or: _logic("or_kleene"), exp.Not: _not,
     exp.Is: _is, exp.In: _in, exp.Between: _between,
     exp.Case: _case, exp.If: _if, exp.Coalesce: _coalesce,
+    exp.Greatest: _element_wise("max_element_wise"), exp.Least: _element_wise("min_element_wise"),
     exp.Upper: _case_map("ascii_upper"), exp.Lower: _case_map("ascii_lower"),
     exp.Length: _length, exp.Concat: _concat, exp.DPipe: _dpipe, exp.Substring: _substring,
     exp.Cast: _cast, exp.TryCast: _cast,

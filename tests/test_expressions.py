@@ -127,7 +127,9 @@ def _generic(kind):
     """CASE, IF and COALESCE over `kind`."""
     return [_case(kind),
             lambda r, d: f"IF({gen(r, 'bool', d)}, {_or_null(r, kind, d)}, {gen(r, kind, d)})",
-            lambda r, d: f"coalesce({_or_null(r, kind, d)}, {gen(r, kind, d)})"]
+            lambda r, d: f"coalesce({_or_null(r, kind, d)}, {gen(r, kind, d)})",
+            lambda r, d: f"{r.choice(['greatest', 'least'])}({_or_null(r, kind, d)}, "
+                         f"{_or_null(r, kind, d)}{', ' + gen(r, kind, d) if r.random() < 0.3 else ''})"]
 
 
 _NODES = {
@@ -276,6 +278,8 @@ EDGE_CASES = [
     "abs(x)", "NOT (a > 1)", "bo <=> NULL", "NULL <=> NULL", "NULL = NULL", "p <=> q", "p = 1", "p < 1.5", "a = x", "s < 'a'",
     "bo < TRUE", "a BETWEEN i8 AND 10", "s IS NOT NULL AND bo", "i % 7", "a % -1",
     "CAST('12' AS INT)", "CAST('2020-01-31' AS DATE)", "CAST(TRUE AS INT)", "CAST(i AS BOOLEAN)",
+    "least(a, i8)", "greatest(a, NULL)", "least(NULL, NULL)", "greatest(p, q, 0.5)",
+    "least(dt, DATE '2020-02-29')", "greatest(ts, NULL, ts)", "greatest(x, 1.5)", "least(s, 'b')",
 ]
 
 
@@ -382,6 +386,16 @@ def test_session_is_ansi(spark):
 def test_not_compiled(stages):
     with pytest.raises(NotCompiled):
         compile_stages(stages, SCHEMA)
+
+
+def test_greatest_and_least_compile_where_arrow_matches_spark():
+    """The triangle flow's orientation (least/greatest of two BIGINTs) runs on Arrow; DOUBLE
+    (NaN orders above every number in Spark, not in Arrow) goes to Catalyst."""
+    for text in ("least(a, i8)", "greatest(p, q, 0.5)", "greatest(ts, NULL, ts)",
+                 "least(dt, DATE '2020-02-29')"):
+        compile_stages((ir.Map((f"{text} AS m",)),), SCHEMA)
+    with pytest.raises(NotCompiled):
+        compile_stages((ir.Map(("greatest(x, 1.5) AS m",)),), SCHEMA)
 
 
 @pytest.mark.parametrize("exprs, rule", [(("a AS time",), "reserved column name 'time'"),

@@ -1,4 +1,5 @@
-"""The reference interpreter (plans.semantics) with Spark as its static SQL evaluator.
+"""The reference interpreter (plans.semantics) with Spark as its static SQL evaluator: the
+one module of executor/ that imports the oracle, for the tests and `gpu-check` to compare with.
 
 The interpreter owns times, diffs and accumulation in plain Python; Spark only evaluates the
 per-record expressions on one small DataFrame each, so SQL means exactly what it means on the

@@ -166,7 +166,8 @@ def test_a_lazy_cycle_and_a_backward_import_are_flagged(tmp_path):
         "executor/reference.py": "from plans.semantics import evaluate\n",
         "plans/semantics.py": "",
         "plans/examples/__init__.py": "",
-        "plans/examples/u.py": "def kernel(xp, cols):\n    from gpu_kernels.expand import parents\n",
+        "plans/examples/u.py": "def kernel(xp, cols):\n"
+                               "    from gpu_kernels.expand import parents\n",
     })
     graph = import_graph(tmp_path)
     assert cycles(graph) == [["executor.apps.cli", "executor.x"], ["plans.a", "plans.b"],

@@ -3,7 +3,7 @@ costs per step, and how long a resume takes as the state grows.
 
 (a) Step latency with and without a state directory, same session, same inputs, on two
     workloads: join + count (plans/examples/join_count.py: orders joined with prices, the
-    join and a count per user) and the incremental triangle count (executor/triangles.py's
+    join and a count per user) and the incremental triangle count (executor/apps/triangles.py's
     dataflow over a seeded random graph). A first step loads the base data, then `--steps`
     steps of `--changes` changes each (half deletions). Both runs must give the same outputs.
 (b) Resume: for join + count at each of `--sizes`, a durable run of a load and two steps,
@@ -62,7 +62,7 @@ def _h(seed: int):
 
 def join_count(spark, rows: int, steps: int, changes: int):
     """(flow, [per step: {input: DataFrame}]): orders over rows/10 users and rows/50 items."""
-    from executor.cli import load_plan
+    from executor.apps.cli import load_plan
     items, users = max(1, rows // 50), max(1, rows // 10)
 
     def orders(lo, hi, t, diff):
@@ -83,7 +83,7 @@ def join_count(spark, rows: int, steps: int, changes: int):
 
 def triangles(spark, edges: int, steps: int, changes: int):
     """(flow, batches): a random graph of `edges` edges over edges/4 nodes, then changes."""
-    from executor.triangles import NAME, triangle_flow
+    from executor.apps.triangles import NAME, triangle_flow
     nodes = max(4, edges // 4)
 
     def graph(lo, hi, t, diff):

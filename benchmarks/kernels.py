@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import common  # noqa: E402
-from executor.progress import progress  # noqa: E402
+from executor.apps.progress import progress  # noqa: E402
 
 NAME = "kernels"
 

@@ -33,7 +33,7 @@ from typing import Callable, Optional, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import common  # noqa: E402
-from executor.progress import progress  # noqa: E402
+from executor.apps.progress import progress  # noqa: E402
 from gpu_kernels.backend import gpu_visible  # noqa: E402
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"

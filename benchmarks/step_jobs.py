@@ -49,7 +49,7 @@ def run(spark, conf, flow, name: str, feeds: list[list[tuple]]) -> dict:
     """Jobs and seconds of each step; the last step's jobs by call site."""
     from executor.runner import Runner
 
-    from executor.triangles import change_table
+    from executor.apps.triangles import change_table
 
     runner = Runner(flow, conf=conf, spark=spark)
     tracker = spark.sparkContext.statusTracker()
@@ -72,7 +72,7 @@ def _site(tracker, job: int) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
-    from executor.triangles import NAME, triangle_flow
+    from executor.apps.triangles import NAME, triangle_flow
     from plans import Dataflow
 
     args = parse_args(argv)

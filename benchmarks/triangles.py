@@ -134,7 +134,7 @@ def run_static(spark, args, sizes, skip, tmp: Path) -> list[dict]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from executor import triangles
+    from executor.apps import triangles
 
     rows = []
     for n in sizes:
@@ -265,7 +265,7 @@ def _diffspark_run(profile, overrides, src, dst, batches) -> dict:
     """Load, then step each batch through the triangle dataflow, with its own session."""
     import pyarrow as pa
 
-    from executor import triangles
+    from executor.apps import triangles
     from executor.runner import Runner
 
     spark, conf = common.session(profile, overrides)
@@ -339,7 +339,7 @@ def _state(runner) -> dict:
 def run_plans(spark, conf, args) -> list[dict]:
     """The delta-query plan vs the naive plan on oriented edges u (src < dst): load, one
     batch of changes, state kept. Both read the same input and must agree."""
-    from executor import triangles
+    from executor.apps import triangles
     from executor.runner import Runner
     from plans import Dataflow
 

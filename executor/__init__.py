@@ -1,7 +1,8 @@
-"""diffspark's physical layer: runs plans on Spark (Runner, operators, traces, the CLI).
+"""diffspark's physical layer: runs plans on Spark (Runner, operators, traces). The
+applications built on it (the CLI, the demos, gpu-check) are in executor/apps/.
 
-Runner is imported on first use, so the kernel-only modules (gpu_check's parity, progress)
-load on a machine without pyspark, such as a bare GPU box.
+Runner is imported on first use, so the modules that need no Spark (apps.gpu_check up to its
+Spark part, apps.progress) load on a machine without pyspark, such as a bare GPU box.
 """
 from .errors import InputError, PlanError, StateError, StepError
 

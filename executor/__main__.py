@@ -14,7 +14,7 @@ if not __package__:  # a script, not `python -m executor`
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
     sys.path.insert(0, os.path.dirname(_here))
 
-from executor.cli import main  # noqa: E402
+from executor.apps.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

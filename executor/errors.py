@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import re
 
-from plans.ir import PlanError
+from plans.errors import PlanError
 
 __all__ = ["InputError", "PlanError", "StateError", "StepError"]
 

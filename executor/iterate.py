@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from plans import ir
-from plans.ir import PlanError
+from plans.errors import PlanError
 
 from .config import MAX_ROUNDS_KEY, max_rounds
 from .consolidate import consolidate

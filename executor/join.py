@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from plans import ir
-from plans.ir import PlanError
+from plans.errors import PlanError
 
 from .linear import q, record_columns
 from .time import DIFF

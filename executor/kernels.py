@@ -94,7 +94,7 @@ def reduce_groups(acc: DataFrame, by: list[str], red: ir.Reduction, group_cols: 
 
         from gpu_kernels.arrow import arrays_to_batch, batch_to_arrays
         from gpu_kernels.backend import namespace, to_numpy
-        from plans.semantics import call_reduce_kernel
+        from plans.reduce_kernel import call_reduce_kernel
 
         batches = [b for b in batches if b.num_rows]  # a group may straddle Arrow batches
         if not batches:

@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType
 
 from plans import ir
-from plans.ir import PlanError
+from plans.errors import PlanError
 
 from . import kernels
 from .time import DIFF, TIME, element_time_exprs

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, MapType, NumericType, StructType
 
 from plans import ir
-from plans.ir import PlanError
+from plans.errors import PlanError
 
 from . import kernels
 from .linear import q, record_columns

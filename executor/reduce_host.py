@@ -20,7 +20,7 @@ from pyspark.sql.types import DecimalType, DoubleType, FloatType, StructField, S
 from gpu_kernels import DiffOverflow, consolidate, group_starts, multiply_diffs, neighbours
 from gpu_kernels import sort_by, to_numpy
 from plans import ir
-from plans.semantics import call_reduce_kernel
+from plans.reduce_kernel import call_reduce_kernel
 
 from . import expressions
 from .encoding import NULL_CODE, float_codes, float_values, order_keys, rank

@@ -1,4 +1,5 @@
-"""The reference interpreter (plans.semantics) with Spark as its static SQL evaluator.
+"""The reference interpreter (plans.semantics) with Spark as its static SQL evaluator: the
+one module of executor/ that imports the oracle, for the tests and `gpu-check` to compare with.
 
 The interpreter owns times, diffs and accumulation in plain Python; Spark only evaluates the
 per-record expressions on one small DataFrame each, so SQL means exactly what it means on the
@@ -9,7 +10,7 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 
 from plans import ir
-from plans.semantics import Update, evaluate
+from plans.semantics import Update, consolidate, evaluate
 
 
 class SparkEvaluator:
@@ -29,6 +30,16 @@ def plain(v):
     if isinstance(v, list):
         return [plain(x) for x in v]
     return v
+
+
+def rows_of(df) -> list[Update]:
+    """Sorted (record tuple, time, diff) triples of an update DataFrame, consolidated: the
+    form reference() returns."""
+    out = []
+    for r in df.collect():
+        vals = tuple(r)
+        out.append((tuple(plain(v) for v in vals[:-2]), vals[-2], vals[-1]))
+    return consolidate(out)
 
 
 def reference(spark: SparkSession, outputs: dict[str, ir.Node],

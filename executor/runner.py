@@ -23,7 +23,7 @@ from py4j.protocol import Py4JJavaError
 
 from plans import Dataflow, ir
 from plans.optimizer import optimize as optimize_plan
-from plans.ir import PlanError
+from plans.errors import PlanError
 
 from gpu_kernels import DiffOverflow
 

@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 from plans import ir
 from plans import query as cq
-from plans.ir import PlanError
+from plans.errors import PlanError
 
 from . import wcoj_local
 from .linear import q, record_columns

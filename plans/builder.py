@@ -9,7 +9,7 @@ from typing import Callable, Optional
 
 from . import ir
 from . import query as cq
-from .ir import PlanError
+from .errors import PlanError
 from .ordering import sort_keys
 from .schema import column_names
 

@@ -9,16 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Callable, Optional
 
-if TYPE_CHECKING:  # plans.query imports PlanError from here
-    from . import query as cq
-
-RESERVED = ("time", "diff")
-
-
-class PlanError(ValueError):
-    """A plan that cannot be built or run: names the operator and the rule it breaks."""
+from . import query as cq
+from .errors import PlanError
 
 
 # --------------------------------------------------------------------------- linear stages

@@ -12,7 +12,7 @@ proportional to the work, where the delta-query plan keeps only the inputs' indi
 from __future__ import annotations
 
 from . import query as cq
-from .ir import PlanError
+from .errors import PlanError
 
 
 def naive_query(query: cq.Query, order, relations: dict, columns: dict):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from .ir import PlanError
+from .errors import PlanError
 from .schema import split_top_level
 
 _SUFFIX = re.compile(r"^(?P<expr>.*?)(?:\s+(?P<dir>ASC|DESC))?"

@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Optional
 
-from .ir import PlanError
+from .errors import PlanError
 from .schema import check_names
 
 Value = int | str

@@ -2,7 +2,7 @@
 refuse reserved or duplicate names at plan time. Types are resolved later by the executor."""
 from __future__ import annotations
 
-from .ir import RESERVED, PlanError
+from .errors import RESERVED, PlanError
 
 
 def split_top_level(text: str, sep: str = ",", brackets: str = "<(") -> list[str]:
@@ -33,6 +33,11 @@ def split_top_level(text: str, sep: str = ",", brackets: str = "<(") -> list[str
             cur.append(ch)
     parts.append("".join(cur))
     return [p.strip() for p in parts if p.strip()]
+
+
+def ddl_names(ddl: str) -> list[str]:
+    """Names of `ddl`'s columns, unchecked: the first word of each, backticks stripped."""
+    return [c.split()[0].strip("`") for c in split_top_level(ddl)]
 
 
 def column_names(ddl: str, where: str) -> list[str]:

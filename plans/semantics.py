@@ -15,6 +15,8 @@ from typing import Callable, Iterable, Protocol
 
 from . import ir
 from . import query as cq
+from .reduce_kernel import call_reduce_kernel
+from .schema import ddl_names as _names
 
 Update = tuple[tuple, int, int]
 INT64_MAX = 2**63 - 1
@@ -318,29 +320,6 @@ def _reduce_group(red: ir.Reduction, key: tuple, members, col, values):
     raise ValueError(f"unknown reduction {red.kind}")
 
 
-def call_reduce_kernel(red: ir.Reduction, xp, group, cols, count, n_groups: int):
-    """Run a user reduction kernel and check what it returns: (group, {column: array},
-    count) with one entry per output row, groups in range, every schema column present.
-    The reference interpreter (one group per call) and the executor (many) share it."""
-    res = red.fn(xp, group, cols, count)
-    where = f"reduce kernel {getattr(red.fn, '__name__', red.fn)!r}"
-    if not isinstance(res, tuple) or len(res) not in (2, 3) or not isinstance(res[1], dict):
-        raise ValueError(f"{where}: must return (group, cols) or (group, cols, count), "
-                         f"got {type(res).__name__}")
-    out_group, out = xp.astype(xp.asarray(res[0]), xp.int64), res[1]
-    n = out_group.shape[0]
-    missing = [c for c in _names(red.schema) if c not in out]
-    if missing:
-        raise ValueError(f"{where}: no column {missing} in its result (schema {red.schema})")
-    mult = xp.ones(n, dtype=xp.int64) if len(res) == 2 else xp.astype(xp.asarray(res[2]),
-                                                                        xp.int64)
-    if any(out[c].shape[0] != n for c in _names(red.schema)) or mult.shape[0] != n:
-        raise ValueError(f"{where}: group, columns and count must have one length")
-    if n and (int(xp.min(out_group)) < 0 or int(xp.max(out_group)) >= n_groups):
-        raise ValueError(f"{where}: group ids must be in [0, {n_groups})")
-    return out_group, out, mult
-
-
 def _plain(v):
     return v.item() if hasattr(v, "item") else v
 
@@ -458,10 +437,6 @@ def _match_atom(atom: "cq.Atom", rec: tuple):
 def _column_type(column: str) -> str:
     """The type part of one DDL column ("`a b` BIGINT", "x: INT")."""
     return re.match(r"\s*(`[^`]*`|[^\s:]+)\s*:?\s*(.*)$", column, re.S).group(2)
-
-
-def _names(ddl: str) -> list[str]:
-    return [c.split()[0].strip("`") for c in _columns(ddl)]
 
 
 def _columns(ddl: str) -> list[str]:

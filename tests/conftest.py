@@ -66,19 +66,8 @@ def updates_df(spark, ddl: str, updates):
     return spark.createDataFrame(table)
 
 
-def rows_of(df):
-    """Sorted (record tuple, time, diff) triples of an update DataFrame."""
-    from executor.reference import plain
-    from plans.semantics import consolidate
-    out = []
-    for r in df.collect():
-        vals = tuple(r)
-        out.append((tuple(plain(v) for v in vals[:-2]), vals[-2], vals[-1]))
-    return consolidate(out)
-
-
 def outputs_rows(runner, names):
-    """rows_of for several outputs in ONE Spark job (records travel as JSON)."""
+    """executor.reference.rows_of for several outputs in ONE Spark job (records travel as JSON)."""
     import json
     from functools import reduce
 

@@ -258,16 +258,16 @@ def test_errors_before_spark_are_one_line(tmp_path, case):
 
 
 def test_step_bounds():
-    from executor.cli import _step_bounds
+    from executor.apps.steps import step_bounds
     times = [0, 1, 3, 4, 7, 9, 11]
-    assert _step_bounds(times, 1, None) == [(0, 12)]
-    assert _step_bounds(times, 2, None) == [(0, 4), (4, 12)]
-    assert _step_bounds(times, 3, None) == [(0, 3), (3, 7), (7, 12)]
-    assert _step_bounds(times, 100, None) == [(0, 1), (1, 3), (3, 4), (4, 7), (7, 9),
+    assert step_bounds(times, 1, None) == [(0, 12)]
+    assert step_bounds(times, 2, None) == [(0, 4), (4, 12)]
+    assert step_bounds(times, 3, None) == [(0, 3), (3, 7), (7, 12)]
+    assert step_bounds(times, 100, None) == [(0, 1), (1, 3), (3, 4), (4, 7), (7, 9),
                                               (9, 11), (11, 12)]
-    assert _step_bounds(times, 2, 20) == [(0, 4), (4, 20)]
-    assert _step_bounds([], 3, None) == []
-    assert _step_bounds([], 3, 5) == [(0, 5)]
+    assert step_bounds(times, 2, 20) == [(0, 4), (4, 20)]
+    assert step_bounds([], 3, None) == []
+    assert step_bounds([], 3, 5) == [(0, 5)]
 
 
 # ---------------------------------------------------------------------------- the demo
@@ -276,7 +276,7 @@ def test_demo_small_matches_a_direct_count(spark, conf):
     session): its final snapshot equals a direct numpy count over the same updates."""
     import numpy as np
 
-    from executor import demo
+    from executor.apps import demo
 
     lines = []
     report = demo.run_demo(spark, conf, events=3_000, steps=3, seed=1,

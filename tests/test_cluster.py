@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, rows_of
+from conftest import ROOT
 
 PACKAGES = ("executor", "plans", "gpu_kernels")
 EXAMPLE_PLAN = ROOT / "plans" / "examples" / "copies.py"  # an array kernel (mapInArrow)
@@ -173,7 +173,7 @@ def brute_force_triangles(edges: list[tuple[int, int]]) -> int:
 def test_zip_holds_every_package(tmp_path):
     names = zipfile.ZipFile(ship_zip(tmp_path / "d.zip")).namelist()
     assert {f"{pkg}/__init__.py" for pkg in PACKAGES} <= set(names)
-    assert "executor/cli.py" in names and "gpu_kernels/wcoj.py" in names
+    assert "executor/apps/cli.py" in names and "gpu_kernels/wcoj.py" in names
     assert all(n.endswith(".py") for n in names)
 
 
@@ -181,7 +181,7 @@ def test_zip_holds_every_package(tmp_path):
 def test_flagship_triangles_on_the_cluster_equal_local_mode(graph, jobs, spark, conf):
     """`triangles --edges` on an R-MAT graph of 3,000 edges: the executors read the file,
     the driver counts; the printed count equals local mode and a brute-force count."""
-    from executor.triangles import triangles_main
+    from executor.apps.triangles import triangles_main
 
     status, out, err = finished(jobs["triangles"])
     assert status == 0, err[-3000:]
@@ -201,8 +201,8 @@ def test_kernel_plan_runs_on_the_executors_from_the_shipped_zip(cluster, jobs, s
     the executor, which import executor/ and gpu_kernels/ from the --py-files zip only. The
     output equals local mode (same plan, this session) and the reference interpreter."""
     from executor import Runner
-    from executor.cli import load_plan, run_plan
-    from executor.reference import reference
+    from executor.apps.cli import load_plan, run_plan
+    from executor.reference import reference, rows_of
 
     status, out, err = finished(jobs["kernel"])
     assert status == 0, err[-3000:]
@@ -229,7 +229,7 @@ def _counts(lines: list[str]) -> list[str]:
 def test_flagship_stream_on_the_cluster_equals_local_mode(cluster, graph, spark, conf, capsys):
     """`triangles --stream 1`: the graph loaded, then one step of 40 random changes through
     the incremental dataflow on the executors; every printed count equals local mode."""
-    from executor.triangles import stream_demo
+    from executor.apps.triangles import stream_demo
 
     path = graph[0]
     status, out, err = finished(cluster.submit("triangles", "--edges", str(path),

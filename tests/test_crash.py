@@ -25,7 +25,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from executor.cli import load_plan
+from executor.apps.cli import load_plan
 from executor.reference import reference
 from plans.semantics import consolidate
 

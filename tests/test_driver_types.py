@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from conftest import examples, rows_of
+from conftest import examples
 from executor import Runner
-from executor.reference import reference
+from executor.reference import reference, rows_of
 from plans import Dataflow
 
 ORDERS = ("o_id BIGINT, c_id BIGINT, status STRING, total DECIMAL(12,2), placed DATE, "

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from executor.expressions import Fallback, NotCompiled, compile_stages
 from plans import ir
-from plans.ir import PlanError
+from plans.errors import PlanError
 
 SCHEMA = pa.schema([
     ("i8", pa.int8()), ("i", pa.int32()), ("a", pa.int64()), ("b", pa.int64()),

@@ -15,7 +15,7 @@ import pytest
 
 import gpu_kernels as gk
 from conftest import ROOT
-from executor import gpu_check
+from executor.apps import gpu_check
 from gpu_kernels import parity
 
 

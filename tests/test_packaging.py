@@ -73,7 +73,7 @@ def test_wheel_holds_packages_profiles_script_and_pins(installed):
 
     dist = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
     entry_points = zipfile.ZipFile(wheel).read(f"{dist}/entry_points.txt").decode()
-    assert "diffspark = executor.cli:main" in entry_points
+    assert "diffspark = executor.apps.cli:main" in entry_points
     metadata = zipfile.ZipFile(wheel).read(f"{dist}/METADATA").decode().splitlines()
     requires = {line.split(": ", 1)[1] for line in metadata if line.startswith("Requires-Dist: ")}
     for pin in pins("requirements.txt"):

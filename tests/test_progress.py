@@ -1,10 +1,10 @@
-"""executor.progress: a bar on a terminal, nothing at all otherwise (tests, CI, logs)."""
+"""executor.apps.progress: a bar on a terminal, nothing at all otherwise (tests, CI, logs)."""
 from __future__ import annotations
 
 import io
 import sys
 
-from executor.progress import progress
+from executor.apps.progress import progress
 
 
 class Terminal(io.StringIO):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from executor import triangles
+from executor.apps import triangles
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 

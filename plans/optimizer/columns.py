@@ -10,6 +10,7 @@ import re
 from typing import Optional
 
 from .. import ir
+from ..errors import RESERVED
 from ..schema import column_names
 
 _NAME = r"(?:`[^`]+`|[A-Za-z_][A-Za-z0-9_]*)"
@@ -88,7 +89,7 @@ def _columns(node: ir.Node, memo: dict) -> Optional[tuple[str, ...]]:
     if isinstance(node, ir.Imported):
         schema = getattr(node.handle, "schema", None)
         names = getattr(schema, "names", None)
-        return tuple(n for n in names if n not in ir.RESERVED) if names else None
+        return tuple(n for n in names if n not in RESERVED) if names else None
     if isinstance(node, (ir.Concat, ir.Consolidate, ir.Arrange)):
         return columns(node.children()[0], memo)
     if isinstance(node, ir.Linear):

@@ -12,7 +12,7 @@ from typing import Optional
 
 from .. import ir
 from .. import query as cq
-from ..ir import PlanError
+from ..errors import PlanError
 from .columns import columns, renames
 
 MIN_ATOMS = 3  # a two-atom join is already one delta-rule pair: nothing to gain

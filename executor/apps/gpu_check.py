@@ -22,7 +22,7 @@ from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 KERNEL_TESTS = ("tests/test_kernels.py", "tests/test_triangle_kernels.py")
 # A RAPIDS explain line for something kept on the CPU: `!Exec <SortExec> cannot run on GPU
 # because ...`, `!Expression <ScalaUDF> ...`, `!NOT_FOUND <...> ...`.
@@ -168,13 +168,11 @@ def end_to_end(spark, conf: dict, backend: str, seed: int = 1,
     numpy recount, report lines, executed plans of the Spark SQL executions its steps ran)."""
     import numpy as np
 
+    from executor import Runner
+    from executor.reference import reference, rows_of
     from gpu_kernels import count_triangles, namespace
     from plans import Dataflow
     from plans.examples.copies import copies
-    from plans.semantics import consolidate
-
-    from .reference import plain, reference
-    from .runner import Runner
 
     flow = Dataflow()
     xs = flow.input("xs", "n BIGINT")
@@ -197,8 +195,7 @@ def end_to_end(spark, conf: dict, backend: str, seed: int = 1,
     runner.close()
     ok, lines = True, []
     for name in flow.outputs:
-        df = runner.output(name)
-        got = consolidate([(tuple(plain(v) for v in r[:-2]), r[-2], r[-1]) for r in df.collect()])
+        got = rows_of(runner.output(name))
         same = got == want[name]
         ok &= same
         lines.append(f"  {'ok ' if same else 'BAD'} plan output {name}: {len(got)} changes"
@@ -225,8 +222,9 @@ def run(args) -> int:
     print(f"kernel test suites on cupy: {summary}", flush=True)
     ok &= suite_ok
 
-    from .cli import conf_from_args, spark_log
-    from .session import spark_session
+    from executor.session import spark_session
+
+    from .launch import conf_from_args, spark_log
 
     conf = conf_from_args(["gpu", "spark.log.level=WARN", *args.conf])
     log = Path(args.spark_log or Path(tempfile.gettempdir()) / "diffspark-gpu-check.log")

@@ -51,28 +51,23 @@ Under spark-submit, run the script with the repository on the Python path of the
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
 import os
 import sys
-import tempfile
-import warnings
 from pathlib import Path
 from typing import Optional
 
-from plans import Dataflow, ir
+from executor.config import ConfigError, kernel_backend
+from executor.errors import InputError, StateError, StepError
+from plans import Dataflow, PlanError, ir
 from plans.optimizer import optimize as optimize_plan
-from plans.ir import PlanError
 
-from .config import ConfigError, load_conf
-from .errors import InputError, StateError, StepError
+from .launch import (CliError, conf_from_args, describe, spark_errors, spark_log, starting_spark,
+                     stop)
 from .progress import progress
+from .steps import distinct_times, step_bounds
 
 EXIT_ERROR = 2
-
-
-class CliError(ValueError):
-    """A command line that cannot be run: the message is the whole story, one line."""
 
 
 # ---------------------------------------------------------------------------- arguments
@@ -144,7 +139,7 @@ def _parser() -> argparse.ArgumentParser:
     d = verbs.add_parser("demo", help="run the built-in events demo on Spark",
                          description="Events with validity intervals through filter, map, "
                                      "explode and temporal_filter, fed in steps with "
-                                     "retractions (see executor/demo.py).")
+                                     "retractions (see executor/apps/demo.py).")
     d.add_argument("--events", type=_positive_int, default=200_000, metavar="N",
                    help="number of events (default 200000)")
     d.add_argument("--steps", type=_positive_int, default=5, metavar="K",
@@ -159,7 +154,7 @@ def _parser() -> argparse.ArgumentParser:
                          description="On a machine with a CUDA GPU: every kernel on cupy vs "
                          "numpy, the kernel tests on cupy, a small plan with --conf gpu, and "
                          "what the RAPIDS plugin left on the CPU. Without a GPU: says so, "
-                         "exit status 2 (see executor/gpu_check.py).")
+                         "exit status 2 (see executor/apps/gpu_check.py).")
     g.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="override a line of the gpu profile (repeatable)")
     g.add_argument("--spark-log", default=None, metavar="FILE",
@@ -188,16 +183,6 @@ def _time(text: str) -> int:
     return value
 
 
-def conf_from_args(values: list[str]) -> dict[str, str]:
-    """`--conf` values: one profile (cpu, gpu, a .conf path; default cpu) and key=value
-    overrides, merged by executor.config.load_conf."""
-    profiles = [v for v in values if "=" not in v]
-    overrides = [v for v in values if "=" in v]
-    if len(profiles) > 1:
-        raise CliError(f"--conf: give at most one profile, got {', '.join(profiles)}")
-    return load_conf(profiles[0] if profiles else "cpu", overrides)
-
-
 def parse_inputs(values: list[str], flow: Dataflow) -> dict[str, str]:
     """`--input NAME=PATH` values against the plan's declared inputs."""
     paths: dict[str, str] = {}
@@ -221,7 +206,7 @@ def parse_csv_options(values: list[str], paths: dict[str, str]) -> dict:
     ...) (executor.updates.csv); the others stay paths."""
     import inspect
 
-    from .updates import csv
+    from executor.updates import csv
     keys = [k for k in inspect.signature(csv).parameters if k != "path"]
     options: dict[str, dict] = {}
     for item in values:
@@ -260,7 +245,7 @@ def load_plan(path: str) -> Dataflow:
     try:
         spec.loader.exec_module(module)
     except Exception as e:  # any error in user code: one line, no traceback
-        raise CliError(f"plan file {path}: {_describe(e)}") from None
+        raise CliError(f"plan file {path}: {describe(e)}") from None
     build = getattr(module, "build", None)
     if not callable(build):
         raise CliError(f"plan file {path}: defines no build(flow) function")
@@ -268,7 +253,7 @@ def load_plan(path: str) -> Dataflow:
     try:
         build(flow)
     except Exception as e:
-        raise CliError(f"plan file {path}: build(flow) raised {_describe(e)}") from None
+        raise CliError(f"plan file {path}: build(flow) raised {describe(e)}") from None
     if not flow.outputs:
         raise CliError(f"plan file {path}: build(flow) declares no outputs")
     _ship_by_value(module)
@@ -283,11 +268,6 @@ def _ship_by_value(module) -> None:
     except ImportError:  # pragma: no cover - pyspark is a dependency
         return
     cloudpickle.register_pickle_by_value(module)
-
-
-def _describe(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
 def explain_text(flow: Dataflow, optimize: bool = True) -> str:
@@ -317,28 +297,28 @@ def cmd_run(args) -> int:
         if name not in paths:
             print(f"note: input '{name}' has no --input; it is empty", flush=True)
 
-    with spark_log(args.spark_log), _starting_spark():
-        from .runner import Runner  # imports pyspark: only for verbs that run
+    with spark_log(args.spark_log), starting_spark():
+        from executor import Runner  # imports pyspark: only for verbs that run
         runner = Runner(flow, conf=conf, optimize=args.optimize, state=args.state)
     try:
-        with _spark_errors(lambda e: StepError(f"run refused: {e}")):
+        with spark_errors(lambda e: StepError(f"run refused: {e}")):
             run_plan(runner, sources, args.output, args.steps, args.upto)
     finally:
-        _stop(runner.spark)
+        stop(runner.spark)
     return 0
 
 
 def cmd_demo(args) -> int:
     conf = conf_from_args(args.conf)
     from . import demo
-    with spark_log(args.spark_log), _starting_spark():
-        from .session import spark_session
+    with spark_log(args.spark_log), starting_spark():
+        from executor.session import spark_session
         spark = spark_session(conf)
     try:
-        with _spark_errors(lambda e: StepError(f"demo failed: {e}")):
+        with spark_errors(lambda e: StepError(f"demo failed: {e}")):
             demo.run_demo(spark, conf, events=args.events, steps=args.steps, seed=args.seed)
     finally:
-        _stop(spark)
+        stop(spark)
     return 0
 
 
@@ -351,12 +331,11 @@ def cmd_triangles(args) -> int:
     if not os.path.exists(args.edges):
         raise InputError("edges", "-", "file not found", args.edges)
     from . import triangles
-    from .config import kernel_backend
-    with spark_log(args.spark_log), _starting_spark():
-        from .session import spark_session
+    with spark_log(args.spark_log), starting_spark():
+        from executor.session import spark_session
         spark = spark_session(conf)
     try:
-        with _spark_errors(lambda e: StepError(f"triangles failed: {e}")):
+        with spark_errors(lambda e: StepError(f"triangles failed: {e}")):
             if args.stream:
                 triangles.stream_demo(spark, conf, args.edges, args.stream, args.batch,
                                       args.seed, kernel_backend(conf), args.output)
@@ -365,7 +344,7 @@ def cmd_triangles(args) -> int:
                                                      args.output, kernel_backend(conf)):
                     print(line, flush=True)
     finally:
-        _stop(spark)
+        stop(spark)
     return 0
 
 
@@ -381,7 +360,7 @@ def cmd_gpu_check(args) -> int:
 def _check_path(name: str, path: str) -> None:
     """The checks of executor.updates.read_source that need no Spark: the file exists and is
     Parquet or CSV."""
-    from .updates import _format
+    from executor.updates import _format
     if not os.path.exists(path):
         raise InputError(name, "-", "file not found", path)
     _format(name, path)
@@ -396,23 +375,23 @@ def run_plan(runner, paths: dict, output: str, steps: int = 1,
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
-    from .state import crash_point
-    from .time import TIME
-    from .updates import normalise, read_source
+    from executor.state import crash_point
+    from executor.time import TIME
+    from executor.updates import normalise, read_source
 
     frames: dict[str, DataFrame] = {}
     for name, path in paths.items():
         schema = runner.input_schemas[name]
-        with _spark_errors(lambda e: InputError(name, "-", "cannot be read", e)):
+        with spark_errors(lambda e: InputError(name, "-", "cannot be read", e)):
             # from time 0: a resumed runner (frontier > 0) repeats its committed steps
             df = normalise(name, read_source(runner.spark, name, path, schema), schema, 0, None)
             if upto is not None:
                 df = df.where(F.col(TIME) < upto)
             frames[name] = df.persist(StorageLevel.MEMORY_AND_DISK) if steps > 1 else df
 
-    with _spark_errors(lambda e: CliError(f"reading the input times: {e}")):
-        times = _distinct_times(list(frames.values()), steps)
-    bounds = _step_bounds(times, steps, upto)
+    with spark_errors(lambda e: CliError(f"reading the input times: {e}")):
+        times = distinct_times(list(frames.values()), steps)
+    bounds = step_bounds(times, steps, upto)
     for i, (lower, hi) in progress(enumerate(bounds, start=1), "steps", len(bounds)):
         updates = {name: df.where((F.col(TIME) >= lower) & (F.col(TIME) < hi))
                    for name, df in frames.items()}
@@ -429,104 +408,11 @@ def run_plan(runner, paths: dict, output: str, steps: int = 1,
     for name in runner.plan:
         target = output.rstrip("/") + "/" + name
         out = runner.output(name)
-        with _spark_errors(lambda e: CliError(f"output {name}: cannot write {target}: {e}")):
+        with spark_errors(lambda e: CliError(f"output {name}: cannot write {target}: {e}")):
             out.write.mode("overwrite").parquet(target)
             count = runner.spark.read.parquet(target).count()
         print(f"wrote {target} ({count} changes)", flush=True)
         crash_point("output:after-write", list(runner.plan).index(name) + 1)
-
-
-def _distinct_times(frames, steps: int) -> list[int]:
-    """The distinct input times in order (only the last one matters for one step)."""
-    from functools import reduce
-
-    from pyspark.sql import functions as F
-
-    from .time import TIME
-    if not frames:
-        return []
-    times = reduce(lambda a, b: a.unionByName(b), [df.select(TIME) for df in frames])
-    if steps == 1:
-        last = times.agg(F.max(TIME)).collect()[0][0]
-        return [] if last is None else [last]
-    return [r[0] for r in times.distinct().orderBy(TIME).collect()]
-
-
-def _step_bounds(times: list[int], steps: int, upto: Optional[int]) -> list[tuple[int, int]]:
-    """(lower, upto) of each step: the distinct times split into `steps` consecutive groups;
-    a step's upto is the first time of the next group (the last: its last time + 1, or
-    `upto`). No times and no `upto`: no step (close alone emits nothing)."""
-    k = max(1, min(steps, len(times)))
-    groups = [times[len(times) * i // k: len(times) * (i + 1) // k] for i in range(k)]
-    groups = [g for g in groups if g]
-    bounds, lower = [], 0
-    for i, group in enumerate(groups):
-        hi = groups[i + 1][0] if i + 1 < len(groups) else (
-            upto if upto is not None else group[-1] + 1)
-        bounds.append((lower, hi))
-        lower = hi
-    if not bounds and upto is not None:
-        bounds.append((0, upto))
-    return bounds
-
-
-@contextlib.contextmanager
-def _spark_errors(wrap):
-    """Spark's own exceptions (a corrupt file, a failed write) as one-line diffspark errors;
-    diffspark's errors pass unchanged."""
-    from py4j.protocol import Py4JJavaError
-    from pyspark.errors import PySparkException
-    try:
-        yield
-    except (Py4JJavaError, PySparkException) as e:
-        raise wrap(_describe(e)) from None
-
-
-@contextlib.contextmanager
-def _starting_spark():
-    """No Java, or a JVM that did not start (PySparkRuntimeError), as one line."""
-    try:
-        yield
-    except RuntimeError as e:
-        raise CliError(f"Spark did not start: {_describe(e)}") from None
-
-
-@contextlib.contextmanager
-def spark_log(path: Optional[str]):
-    """While a JVM starts, point file descriptor 2 at a log file: the JVM (and the Python
-    workers it forks) inherit it, and keep logging there; this process's stderr is restored
-    at once. A no-op when the JVM already runs (spark-submit) or with path '-'."""
-    from pyspark import SparkContext
-    if path == "-" or "PYSPARK_GATEWAY_PORT" in os.environ or SparkContext._gateway is not None:
-        yield
-        return
-    if path is None:
-        fd, path = tempfile.mkstemp(prefix="diffspark-spark-", suffix=".log")
-        os.close(fd)
-    try:
-        log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    except OSError as e:
-        raise CliError(f"--spark-log {path}: cannot write: {e.strerror}") from None
-    print(f"spark log: {path}", flush=True)
-    sys.stderr.flush()
-    saved = os.dup(2)
-    os.dup2(log, 2)
-    caught: list = []
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(log)
-        for w in caught:
-            print(f"note: {w.message}", flush=True)
-
-
-def _stop(spark) -> None:
-    with contextlib.suppress(Exception):
-        spark.stop()
 
 
 # ---------------------------------------------------------------------------- entry point

@@ -21,12 +21,13 @@ from typing import Optional
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from executor.errors import InputError
+from executor.time import DIFF, TIME
+from executor.updates import probe_file
 from plans import Dataflow
 
-from .errors import InputError
 from .progress import progress
-from .updates import probe_file
-from .time import DIFF, TIME
+from .steps import step_bounds
 
 NAME = "edges"
 TRIANGLES = "tri(x, y, z) :- u(x, y), u(y, z), u(x, z)"
@@ -127,15 +128,14 @@ def incremental(spark, conf: dict, edges: DataFrame, steps: int,
                 report=print) -> tuple[object, list[int], list[int]]:
     """Feed a timed edge stream to the triangle dataflow in `steps` steps; (runner, distinct
     input times, triangle count at each)."""
-    from .cli import _step_bounds
-    from .runner import Runner
-    from .updates import normalise
+    from executor import Runner
+    from executor.updates import normalise
 
     runner = Runner(triangle_flow(), conf=conf, spark=spark)
     schema = runner.input_schemas[NAME]
     frame = normalise(NAME, edges, schema, 0, None).cache()
     times = [r[0] for r in frame.select(TIME).distinct().orderBy(TIME).collect()]
-    for lower, hi in _step_bounds(times, steps, None):
+    for lower, hi in step_bounds(times, steps, None):
         result = runner.step({NAME: frame.where((F.col(TIME) >= lower) & (F.col(TIME) < hi))},
                              upto=hi)
         report(f"step upto={hi} seconds={result.seconds:.2f}")
@@ -154,7 +154,7 @@ def stream_demo(spark, conf: dict, path: str, steps: int, batch: int, seed: int,
     OUTPUT/triangles/ as in the verb's other modes."""
     import numpy as np
 
-    from .runner import Runner
+    from executor import Runner
 
     edges = read_edges(spark, path).select("src", "dst")
     table = edges.toArrow()

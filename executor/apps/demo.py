@@ -26,9 +26,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from executor import Runner
 from plans import Dataflow
-
-from .runner import Runner
 
 SCHEMA = "user BIGINT, item BIGINT, lo BIGINT, hi BIGINT, tags ARRAY<STRING>"
 TAGS = np.array(["sports", "music", "news", "travel", "food", "tech", "kids", "promo"])

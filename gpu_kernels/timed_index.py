@@ -5,8 +5,13 @@ A delta rule reads the atoms before its seed as of `time <= t` and those after i
 time, diff) sorted by (key, value, time) with running diff sums, so the multiplicity of
 (key, value) as of t is two binary searches and a subtraction, and a key's candidate values
 are one contiguous range (CSR over the key). Memory is linear in the updates indexed.
+
+Where (key rank, value) packs into one int64 (`codes`, ascending: node ids and other dense
+integers do), a (key, value) pair is found by `searchsorted` over the whole index, and only
+its few times are searched step by step; otherwise the lockstep search compares (value,
+time) pairs within the key's range.
 """
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 from .consolidate import group_starts, sort_by
 from .csr import CSR, row_ranges
@@ -20,6 +25,11 @@ class TimedIndex(NamedTuple):
     times: object  # int64, ascending within each (key, value)
     diffs: object  # int64
     running: object  # int64, len n + 1: running[i] = sum(diffs[:i])
+    codes: Optional[object] = None  # key rank * span + (value - low), ascending; or None
+    pack: Optional[tuple] = None  # (low, span) of the values, when codes exist
+
+
+_PACKED = 2 ** 62  # key ranks x value span below this pack without overflow
 
 
 def build_timed_index(xp, key, value, time, diff):
@@ -28,8 +38,17 @@ def build_timed_index(xp, key, value, time, diff):
     key, value, time, diff = (xp.take(a, perm) for a in (key, value, time, diff))
     starts = group_starts(xp, [key])
     end = xp.asarray([key.shape[0]], dtype=xp.int64)
-    csr = CSR(xp.take(key, starts), xp.concat([starts, end]), value)
-    return TimedIndex(csr, time, diff, xp.cumulative_sum(diff, include_initial=True))
+    offsets = xp.concat([starts, end])
+    csr = CSR(xp.take(key, starts), offsets, value)
+    running = xp.cumulative_sum(diff, include_initial=True)
+    if value.shape[0] == 0:
+        return TimedIndex(csr, time, diff, running)
+    low, high = int(xp.min(value)), int(xp.max(value))
+    span = high - low + 1
+    if starts.shape[0] * span >= _PACKED:
+        return TimedIndex(csr, time, diff, running)
+    rank = parents(xp, offsets[1:] - offsets[:-1])
+    return TimedIndex(csr, time, diff, running, rank * span + (value - low), (low, span))
 
 
 def visible(xp, times, t, reads):
@@ -41,12 +60,29 @@ def visible(xp, times, t, reads):
 def multiplicity(xp, index, lo, hi, value, t, reads):
     """For each query j: the summed diffs of the updates (key_j, value[j]) with a time
     visible at t[j], where [lo[j], hi[j]) is key_j's range (row_ranges)."""
-    low = xp.full_like(t, -(2**63))
     cut = t + 1 if reads == "new" else t  # first invisible time; t < 2**63 - 1 (finite)
+    if index.codes is not None:
+        first, last = _pair_range(xp, index, lo, hi, value)
+        _, stop = lower_bound(xp, index.times, first, last, cut)
+        return xp.take(index.running, stop) - xp.take(index.running, first)
+    low = xp.full_like(t, -(2**63))
     pair = (index.csr.targets, index.times)
     _, first = lower_bound(xp, pair, lo, hi, (value, low))
     _, stop = lower_bound(xp, pair, lo, hi, (value, cut))
     return xp.take(index.running, stop) - xp.take(index.running, first)
+
+
+def _pair_range(xp, index, lo, hi, value):
+    """The rows [first, last) of each query's (key, value) pair (empty: first = last), by
+    searchsorted over the packed codes; the key's rank is where its range starts."""
+    low, span = index.pack
+    rank = xp.searchsorted(index.csr.offsets, lo, side="right") - 1
+    inside = xp.logical_and(xp.logical_and(value >= low, value <= low + (span - 1)), hi > lo)
+    safe = xp.where(inside, value, xp.full_like(value, low))
+    code = xp.where(inside, rank * span + (safe - low), xp.full_like(value, -1))
+    first = xp.where(inside, xp.searchsorted(index.codes, code, side="left"), lo)
+    last = xp.where(inside, xp.searchsorted(index.codes, code, side="right"), lo)
+    return first, last
 
 
 def extend_as_of(xp, keys, t, diff, indices, reads, ranges=None):

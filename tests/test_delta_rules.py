@@ -85,3 +85,29 @@ def test_as_of_multiplicity_and_extension(xp):
     assert sorted(zip(host(xp, value), host(xp, d))) == [(1, 6), (4, 3)]
     with pytest.raises(ValueError, match="at least one extender"):
         extend_as_of(xp, [], i64(xp, [1]), i64(xp, [1]), [], [])
+
+
+@settings(max_examples=30, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 3), st.integers(-3, 3), st.integers(0, 3),
+                               st.sampled_from([-2, -1, 1, 2])), max_size=20),
+       asked=st.lists(st.tuples(st.integers(0, 4), st.integers(-3, 3), st.integers(0, 4)),
+                      min_size=1, max_size=10),
+       reads=st.sampled_from(["new", "old"]), far=st.booleans())
+def test_multiplicity_packed_and_lockstep_agree_with_brute_force(xp, rows, asked, reads, far):
+    """The packed search (searchsorted over (key rank, value) codes) and the lockstep search
+    over (value, time) pairs, which values too far apart to pack use, give the brute-force
+    multiplicity of every asked (key, value) as of its time."""
+    value_of = lambda v: v * 2 ** 61 if far else v  # noqa: E731  (far: often too wide to pack)
+    cols = [i64(xp, [value_of(r[j]) if j == 1 else r[j] for r in rows]) for j in range(4)]
+    ix = build_timed_index(xp, *cols)
+    spread = [value_of(r[1]) for r in rows]
+    packs = bool(rows) and len({r[0] for r in rows}) * (max(spread) - min(spread) + 1) < 2 ** 62
+    assert (ix.codes is not None) == packs
+    keys, values, times = (i64(xp, [value_of(a[j]) if j == 1 else a[j] for a in asked])
+                           for j in range(3))
+    lo, hi = row_ranges(xp, ix.csr, keys)
+    visible = (lambda u, t: u <= t) if reads == "new" else (lambda u, t: u < t)
+    want = [sum(d for k, v, u, d in rows if (k, value_of(v)) == (a[0], value_of(a[1]))
+                and visible(u, a[2])) for a in asked]
+    for index in (ix, ix._replace(codes=None, pack=None)):
+        assert host(xp, multiplicity(xp, index, lo, hi, values, times, reads)) == want

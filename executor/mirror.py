@@ -43,11 +43,14 @@ def run_of(xp, cols, t, d, since: int | None = None) -> Run:
 
 
 class Mirror:
-    """A trace's updates on the host: `columns` are its record columns, keys first."""
+    """A trace's updates on the host: `columns` are its record columns, keys first. Reads
+    see only times below `upper` (an importing runner's view, executor/host.py)."""
 
-    def __init__(self, xp, columns: list[str], nkeys: int, spine: Spine | None = None):
+    def __init__(self, xp, columns: list[str], nkeys: int, spine: Spine | None = None,
+                 upper: int | None = None):
         self.xp, self.columns, self.nkeys = xp, list(columns), nkeys
         self.spine = spine if spine is not None else Spine(slack=4, combine=self._concat)
+        self.upper = upper
 
     @classmethod
     def of(cls, xp, frames: list[DataFrame], columns: list[str], nkeys: int,
@@ -92,6 +95,14 @@ class Mirror:
         spine.batches = self.spine.batches + ([(run.size, run)] if run.size else [])
         return Mirror(self.xp, self.columns, self.nkeys, spine)
 
+    def below(self, upper: int) -> "Mirror":
+        """The same runs, read only at times below `upper` (filtered per lookup: no copy)."""
+        return Mirror(self.xp, self.columns, self.nkeys, self.spine, upper)
+
+    def all(self) -> Run:
+        """Every update (below `upper`)."""
+        return self._concat_all([r for _, r in self.spine.batches])
+
     def _compacted(self, run: Run, since: int) -> tuple[Run, int]:
         merged = run_of(self.xp, run.cols, run.t, run.d, since)
         return merged, merged.size
@@ -124,11 +135,16 @@ class Mirror:
         return self._concat_all(parts)
 
     def _concat_all(self, runs: list[Run]) -> Run:
+        xp = self.xp
         if not runs:
-            xp = self.xp
             empty = xp.zeros(0, dtype=xp.int64)
             return Run(tuple(empty for _ in self.columns), empty, empty)
-        return reduce(self._concat, runs)
+        run = reduce(self._concat, runs)
+        if self.upper is None:
+            return run
+        rows = xp.nonzero(run.t < self.upper)[0]
+        return Run(tuple(xp.take(c, rows) for c in run.cols), xp.take(run.t, rows),
+                   xp.take(run.d, rows))
 
 
 def member(xp, cols: list, among: list):

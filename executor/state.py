@@ -388,8 +388,13 @@ class Store:
                     _fsync_file(os.path.join(root, f))
                 _fsync_dir(root)
 
-        with ThreadPoolExecutor(max_workers=max(1, min(8, len(writes)))) as pool:
-            list(pool.map(one, writes.items()))
+        spark = [w for w in writes.items() if isinstance(w[1][1], DataFrame)]
+        for item in writes.items():  # Arrow tables here: starting threads costs more
+            if not isinstance(item[1][1], DataFrame):
+                one(item)
+        if spark:
+            with ThreadPoolExecutor(max_workers=min(8, len(spark))) as pool:
+                list(pool.map(one, spark))
         _fsync_dir(os.path.join(self.dir, DATA))
 
     # -------------------------------------------------------------- garbage collection

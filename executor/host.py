@@ -15,8 +15,8 @@ committed as Arrow tables (executor/state.py), with no Spark job.
 
 Spark stays the reference and the state: traces receive the host's updates when Spark next
 reads them. A step runs on Spark instead when it is big, when the plan holds another operator
-(iterate), when updates wait for later times, or when a value has no code (`Unsupported`, raised before anything is committed). Tests run every operator
-both ways.
+(iterate), when updates wait for later times, or when a value has no code (`Unsupported`,
+raised before anything is committed). Tests run every operator both ways.
 """
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ class HostStep:
         self.memo: dict = {}
         self.views: dict = {}
         self.commits: dict = {}
-        self.holds: list = []  # (TraceHandle, since) of the imports read, as Runner._advance takes
+        self.holds: list = []  # (TraceHandle, since) per import read (Runner._advance)
 
     # ------------------------------------------------------------------ values
     def frame(self, node: ir.Node) -> DataFrame:

@@ -9,13 +9,14 @@ Arrow; any other input goes through updates.normalise (a projection Catalyst fol
 local rows). Linear chains run on Arrow (executor/expressions.py) or as kernels on the
 arrays, else as Spark expressions over the local rows. Arrangements, joins, the reduce family
 (executor/reduce_host.py) and conjunctive queries run against host mirrors of the traces
-(executor/mirror.py). Outputs come back as Arrow.
+(executor/mirror.py); so does another runner's arrangement a plan imports (its reader's hold
+kept as on Spark). Outputs come back as Arrow. Under durable state the step's new frames are
+committed as Arrow tables (executor/state.py), with no Spark job.
 
 Spark stays the reference and the state: traces receive the host's updates when Spark next
 reads them. A step runs on Spark instead when it is big, when the plan holds another operator
-(iterate, imports), when updates wait for later times, under durable state, or when a value
-has no code (`Unsupported`, raised before anything is committed). Tests run every operator
-both ways.
+(iterate), when updates wait for later times, or when a value has no code (`Unsupported`,
+raised before anything is committed). Tests run every operator both ways.
 """
 from __future__ import annotations
 
@@ -33,18 +34,20 @@ from gpu_kernels import (consolidate, group_starts, multiply_diffs, namespace, n
                          to_numpy)
 from plans import ir
 from plans import query as cq
+from plans.ir import PlanError
 
 from . import delta_rules, expressions, join, linear, reduce_host
 from .config import host_mirror_rows, host_step_rows
 from .encoding import NULL_CODE, NoCode, fits
 from .mirror import Mirror, run_of
+from .state import arrow_digest
 from .time import DIFF, TIME
 from .trace import Trace
 from .updates import CsvSource, normalise, read_source
 
 _INTEGRAL = ("byte", "short", "integer", "long")
-_HOSTED = (ir.Input, ir.Linear, ir.Concat, ir.Consolidate, ir.Arrange, ir.Join, ir.Query,
-           ir.Reduce)
+_HOSTED = (ir.Input, ir.Linear, ir.Concat, ir.Consolidate, ir.Arrange, ir.Imported, ir.Join,
+           ir.Query, ir.Reduce)
 
 
 class Unsupported(Exception):
@@ -120,6 +123,7 @@ class HostStep:
         self.memo: dict = {}
         self.views: dict = {}
         self.commits: dict = {}
+        self.holds: list = []  # (TraceHandle, since) per import read (Runner._advance)
 
     # ------------------------------------------------------------------ values
     def frame(self, node: ir.Node) -> DataFrame:
@@ -134,14 +138,7 @@ class HostStep:
         return value
 
     def _collect(self, df: DataFrame) -> Changes:
-        """The rows of a local frame (no job when Catalyst folds it into the local rows),
-        encoded."""
-        rows = df.collect()
-        columns = list(zip(*rows)) if rows else [()] * len(df.columns)
-        arrow = to_arrow_schema(df.schema)
-        return self._encoded(pa.Table.from_arrays(
-            [pa.array(list(c), type=f.type) for c, f in zip(columns, arrow)], schema=arrow),
-            df.schema)
+        return self._encoded(_local_table(df), df.schema)
 
     def _encoded(self, table: pa.Table, schema: StructType) -> Changes:
         """Updates as Arrow (records, time, diff; columns by position) as Changes with
@@ -178,6 +175,8 @@ class HostStep:
             return self._consolidated(self.changes(node.input))
         if isinstance(node, ir.Arrange):
             return self._arrange(node)
+        if isinstance(node, ir.Imported):
+            return self._import(node)
         if isinstance(node, ir.Reduce):
             return self._reduce(node)
         if isinstance(node, ir.Join):
@@ -216,6 +215,14 @@ class HostStep:
         keys, d = consolidate(self.xp, [*c.cols, c.t], c.d)
         return Changes(c.schema, keys[:-1], keys[-1], d)
 
+    def delta(self, changes: Changes) -> Optional[tuple]:
+        """(rows, a function decoding `changes` to Arrow) for a durable runner's state
+        directory to write as this step's trace batch; None without durable state."""
+        if self.runner._store is None:
+            return None
+        xp, encoder = self.xp, self.encoder
+        return changes.size, lambda: changes.table(xp, encoder)
+
     # ------------------------------------------------------------------ arrangements
     def mirror(self, node: ir.Arrange, trace: Trace, columns: list[str], nkeys: int,
                schema: StructType) -> Mirror:
@@ -250,7 +257,33 @@ class HostStep:
         since = trace.next_since(self.upto - 1)
         run = run_of(self.xp, [batch.col(c) for c in columns], batch.t, batch.d)
         self.views[node] = _View(trace, old, batch, old.reading(run))
-        self.commits[node] = trace.host_appended(old.appended(run, since), self.upto, since)
+        self.commits[node] = trace.host_appended(old.appended(run, since), self.upto, since,
+                                                 self.delta(batch))
+        return batch
+
+    def _import(self, node: ir.Imported) -> Changes:
+        """Another runner's arrangement read through its mirror, as executor/runner.py
+        `_import` reads it on Spark: updates before this runner's frontier are the old
+        collection, the step's interval its batch; the reader's hold then moves to the
+        step's end, so the source compacts only to the least hold."""
+        handle, runner = node.handle, self.runner
+        if self.upto > handle.runner.frontier:
+            raise PlanError(f"{node.label()}: upto {self.upto} is beyond the source "
+                            f"runner's frontier {handle.runner.frontier}")
+        if handle.runner.encoder is not self.encoder:
+            raise Unsupported(f"{node.label()}: the source codes values with another encoder")
+        schema = runner.node_schemas[node]
+        names = [f.name for f in schema.fields[:-2]]
+        trace = handle.trace
+        mirror = self.mirror(handle.node, trace, list(handle.keys) + [
+            c for c in names if c not in handle.keys], len(handle.keys), handle.schema)
+        every = mirror.all()
+        now = self.xp.nonzero(self.xp.logical_and(every.t >= self.lower, every.t < self.upto))[0]
+        batch = Changes(schema, [self.xp.take(every.cols[mirror.columns.index(c)], now)
+                                 for c in names],
+                        self.xp.take(every.t, now), self.xp.take(every.d, now))
+        self.views[node] = _View(trace, mirror.below(self.lower), batch, mirror.below(self.upto))
+        self.holds.append((handle, self.upto - 1))
         return batch
 
     # ------------------------------------------------------------------ reductions
@@ -267,7 +300,7 @@ class HostStep:
                 node.reduction.kind == "distinct" and list(view.trace.keys) != view.batch.names):
             return self._consolidated(reduce_host.delta(self, node, view))
         old, batch = view.old, view.batch
-        keys = list(arranged.keys) if arranged.keys is not None else batch.names
+        keys = list(view.trace.keys)
         fields = {f.name: f for f in batch.schema.fields}
         key_cols = [batch.col(k) for k in keys]
         held = old.rows(key_cols)
@@ -300,8 +333,10 @@ class HostStep:
             since = view.trace.next_since(self.upto - 1)
             weighted = out.col("count") * out.d
             totals = run_of(xp, out.cols[:-1], out.t, weighted)
-            self.commits[arranged] = view.trace.host_appended(old.appended(totals, since),
-                                                              self.upto, since)
+            table = Changes(_updates_schema([fields[k] for k in keys]), list(totals.cols),
+                            totals.t, totals.d)
+            self.commits[arranged] = view.trace.host_appended(
+                old.appended(totals, since), self.upto, since, self.delta(table))
         return out
 
     # ------------------------------------------------------------------ joins
@@ -396,6 +431,16 @@ class HostStep:
                 for name, node in self.runner.plan.items()}
 
 
+def _local_table(df: DataFrame) -> pa.Table:
+    """The rows of a local frame as Arrow (no job when Catalyst folds it into the local
+    rows)."""
+    rows = df.collect()
+    columns = list(zip(*rows)) if rows else [()] * len(df.columns)
+    arrow = to_arrow_schema(df.schema)
+    return pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(columns, arrow)],
+                                schema=arrow)
+
+
 def _rows(c: Changes) -> tuple:
     """A batch as ({column: array}, time, diff)."""
     return dict(zip(c.names, c.cols)), c.t, c.d
@@ -416,10 +461,21 @@ def _segment_running_sum(xp, keys: list, m):
     return total[1:] - xp.take(xp.take(total, starts), group)
 
 
-def step(runner, updates: dict, upto: Optional[int]) -> Optional[tuple[dict, dict]]:
-    """(each output's changes as Arrow tables, the traces to commit), or None when the
-    step must run on Spark. Input errors raise InputError before anything changes."""
-    if upto is None or runner._store is not None:
+@dataclass
+class Done:
+    """A step the driver ran: each output's changes as Arrow tables, the traces to commit,
+    the holds on imported traces, and (durable runners) each input's content hash."""
+
+    tables: dict
+    commits: dict
+    holds: list
+    digests: dict
+
+
+def step(runner, updates: dict, upto: Optional[int]) -> Optional[Done]:
+    """The step run on the driver, or None when it must run on Spark. Input errors raise
+    InputError before anything changes."""
+    if upto is None:
         return None
     if any(p is not None for p in runner._pending.values()) or any(
             not isinstance(s, Trace) and s is not None for s in runner._state.values()):
@@ -448,7 +504,10 @@ def step(runner, updates: dict, upto: Optional[int]) -> Optional[tuple[dict, dic
         return None
     tables = {name: c.table(host.xp, host.encoder).cast(to_arrow_schema(runner.schemas[name]))
               for name, c in outs.items()}
-    return tables, host.commits
+    digests = {} if runner._store is None else {  # of the rows as given, not as coded
+        name: arrow_digest(s if isinstance(s, pa.Table) else _local_table(s))
+        for name, s in sources.items()}
+    return Done(tables, host.commits, host.holds, digests)
 
 
 def _ready(table: pa.Table, schema: StructType, frontier: int, upto: int) -> Optional[pa.Table]:

@@ -50,16 +50,18 @@ def run_of(xp, cols, t, d, since: int | None = None) -> Run:
 class Mirror:
     """A trace's updates on the host: `columns` are its record columns, keys first.
     `schema` (the trace's updates as Spark has them: records in their order, time, diff) and
-    `encoder` decode the mirror back to Arrow (`table`)."""
+    `encoder` decode the mirror back to Arrow (`table`). Reads see only times below `upper`
+    (an importing runner's view, executor/host.py)."""
 
     def __init__(self, xp, columns: list[str], nkeys: int, spine: Spine | None = None,
-                 schema: StructType | None = None, encoder=None):
+                 schema: StructType | None = None, encoder=None, upper: int | None = None):
         self.xp, self.columns, self.nkeys = xp, list(columns), nkeys
         self.spine = spine if spine is not None else Spine(slack=4, combine=self._concat)
-        self.schema, self.encoder = schema, encoder
+        self.schema, self.encoder, self.upper = schema, encoder, upper
 
-    def _with(self, spine: Spine) -> "Mirror":
-        return Mirror(self.xp, self.columns, self.nkeys, spine, self.schema, self.encoder)
+    def _with(self, spine: Spine, upper: int | None = None) -> "Mirror":
+        return Mirror(self.xp, self.columns, self.nkeys, spine, self.schema, self.encoder,
+                      upper)
 
     @classmethod
     def of(cls, xp, frames: list[DataFrame], columns: list[str], nkeys: int, encoder,
@@ -106,12 +108,20 @@ class Mirror:
 
     def table(self) -> pa.Table:
         """Every update held, decoded to Arrow in the trace's column order."""
-        run = self._concat_all([r for _, r in self.spine.batches])
+        run = self.all()
         fields = self.schema.fields
         records = [self.encoder.decode(to_numpy(self.xp, run.cols[self.columns.index(f.name)]),
                                        f.dataType) for f in fields[:-2]]
         times = [pa.array(to_numpy(self.xp, a), type=pa.int64()) for a in (run.t, run.d)]
         return pa.Table.from_arrays(records + times, schema=to_arrow_schema(self.schema))
+
+    def below(self, upper: int) -> "Mirror":
+        """The same runs, read only at times below `upper` (filtered per lookup: no copy)."""
+        return self._with(self.spine, upper)
+
+    def all(self) -> Run:
+        """Every update (below `upper`)."""
+        return self._concat_all([r for _, r in self.spine.batches])
 
     def _compacted(self, run: Run, since: int) -> tuple[Run, int]:
         merged = run_of(self.xp, run.cols, run.t, run.d, since)
@@ -145,11 +155,16 @@ class Mirror:
         return self._concat_all(parts)
 
     def _concat_all(self, runs: list[Run]) -> Run:
+        xp = self.xp
         if not runs:
-            xp = self.xp
             empty = xp.zeros(0, dtype=xp.int64)
             return Run(tuple(empty for _ in self.columns), empty, empty)
-        return reduce(self._concat, runs)
+        run = reduce(self._concat, runs)
+        if self.upper is None:
+            return run
+        rows = xp.nonzero(run.t < self.upper)[0]
+        return Run(tuple(xp.take(c, rows) for c in run.cols), xp.take(run.t, rows),
+                   xp.take(run.d, rows))
 
 
 def member(xp, cols: list, among: list):

@@ -34,6 +34,7 @@ from .consolidate import consolidate
 from .encoding import Encoder
 from .errors import InputError, StepError, analysis_message
 from .session import spark_session
+from .state import arrow_digest
 from .lateness import holds_back, late
 from .running import appended as count_appended, counted
 from .spine import Spine, as_frame, is_computed, materialise, materialise_all, output_log
@@ -113,7 +114,11 @@ class Runner:
         self.schemas = {name: df.schema for name, df in resolved.items()}
         # every node's update schema as Spark resolves it: the driver's steps keep its types
         self.node_schemas = {node: df.schema for node, df in resolving.memo.items()}
-        self.encoder = Encoder()  # the driver's codes of column values (executor/encoding.py)
+        # the driver's codes of column values (executor/encoding.py); an importing runner
+        # shares its source's, so the source's mirror is read as it is
+        shared = [n.handle.runner.encoder for n in ir.topological(self.plan.values())
+                  if isinstance(n, ir.Imported)]
+        self.encoder = shared[0] if shared else Encoder()
         self.frontier = 0
         self.steps = 0
         self.closed = False
@@ -302,11 +307,15 @@ class Runner:
         if replay is None and self._hosted:
             done = self._host_step(updates, upto)
             if done is not None:
-                tables, commits = done
                 logs = {n: self._logs[n].appended(t) if t.num_rows else self._logs[n]
-                        for n, t in tables.items()}
-                return self._advance(Frames(tables), {n: None for n in self.plan}, logs,
-                                     commits, [], upto, started, host=True)
+                        for n, t in done.tables.items()}
+                pending = {n: None for n in self.plan}
+                try:  # Spark writes only a trace batch Spark made since the last commit
+                    self._commit(done.commits, pending, logs, lower, upto, done.digests)
+                except (Py4JJavaError, PySparkException) as e:
+                    raise self._refused(e) from None
+                return self._advance(Frames(done.tables), pending, logs, done.commits,
+                                     done.holds, upto, started, host=True)
         frames = {name: read_source(self.spark, name, src, self.input_schemas[name])
                   for name, src in updates.items()}
         sources, digests = dict(self._empty), {}
@@ -314,7 +323,7 @@ class Runner:
             sources[name] = normalise(name, df, self.input_schemas[name], lower, upto,
                                       digests if self._store else None)
         if replay is not None:  # a committed step repeated by a resumed driver
-            self._store.skip(replay, digests)
+            self._store.skip(replay, digests, lambda n: arrow_digest(sources[n].toArrow()))
             changes = {n: self.output(n).where((F.col(TIME) >= lower) & (
                 F.col(TIME) < (INFINITY if upto is None else upto))) for n in self.plan}
             return StepResult(replay["step"], lower, INFINITY if upto is None else upto,
@@ -323,22 +332,26 @@ class Runner:
         try:
             changes, pending, logs = self._run(step)
             limits.check_outputs(self.conf, changes, self.steps + 1)
-            if self._store is not None:
-                self._store.commit(self, {**self._state, **step.commits}, pending, logs,
-                                   {"step": self.steps + 1, "lower": lower, "upto": upto,
-                                    "inputs": digests},
-                                   INFINITY if upto is None else upto, upto is None)
+            self._commit(step.commits, pending, logs, lower, upto, digests)
         except (Py4JJavaError, PySparkException) as e:
             raise self._refused(e) from None
         return self._advance(changes, pending, logs, step.commits, step.holds, upto, started)
 
-    def _host_step(self, updates: dict, upto: Optional[int]):
-        """The step on the driver (executor/host.py): (changes, traces to commit), or None
-        to run it on Spark."""
+    def _commit(self, commits: dict, pending: dict, logs: dict, lower: int,
+                 upto: Optional[int], digests: dict) -> None:
+        """Make a computed step durable (executor/state.py), whichever placement ran it."""
+        if self._store is not None:
+            self._store.commit(self, {**self._state, **commits}, pending, logs,
+                               {"step": self.steps + 1, "lower": lower, "upto": upto,
+                                "inputs": digests},
+                               INFINITY if upto is None else upto, upto is None)
+
+    def _host_step(self, updates: dict, upto: Optional[int]) -> Optional[host.Done]:
+        """The step on the driver (executor/host.py), or None to run it on Spark."""
         try:
             done = host.step(self, updates, upto)
             if done is not None:
-                limits.check_outputs(self.conf, done[0], self.steps + 1)
+                limits.check_outputs(self.conf, done.tables, self.steps + 1)
             return done
         except (Py4JJavaError, PySparkException, DiffOverflow) as e:
             raise self._refused(e) from None

@@ -8,6 +8,11 @@ Layout of STATE_DIR (README "Durable state" documents the manifest):
     data/<id>/      one Parquet folder per frame (trace batch, output log batch, pending
                     updates); written once, never changed, deleted when no manifest names it
 
+Both placements commit through here: a Spark step's frames are Spark frames (trace batches
+bucketed), a driver step's are Arrow tables written by pyarrow with no Spark job (its host
+trace batches plain, one frame per step until Spark merges them; executor/state_layout.py).
+A resumed runner reads both alike and steps on in either placement.
+
 Commit protocol, once a step has computed everything in memory (before the runner's fields
 change): write every frame the manifest will name that is not on disk yet, fsync it, write
 manifest.json.tmp, fsync, os.replace it over manifest.json, fsync the directory, then delete
@@ -18,7 +23,8 @@ or manifest is garbage, collected at the next open or commit.
 Resume: a runner opened on the directory restores frontier, steps, output logs and pending
 updates from the manifest; traces and reductions' pending updates are read from Parquet the
 first time the runner asks for them (`_LazyState`). Calls that repeat committed steps (same
-upto, same content hash of every input) are skipped, so a driver program or the CLI can
+upto, same content hash of every input: Spark's for an input a Spark step committed,
+`arrow_digest` for one a driver step committed) are skipped, so a driver program or the CLI can
 simply start over from its first step.
 
 The lock is an advisory `flock` on `lock`: the kernel drops it when its process dies, so a
@@ -38,6 +44,12 @@ import time as clock
 import uuid
 import weakref
 from typing import Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from plans import ir
 
@@ -264,9 +276,14 @@ class Store:
                          f"upto={record['upto']}, this call has upto={upto} (rule: a resumed "
                          f"runner repeats its committed steps in order, then continues)")
 
-    def skip(self, record: dict, digests: dict) -> None:
+    def skip(self, record: dict, digests: dict, arrow) -> None:
         """Accept a repeated step if its inputs are the ones committed (an empty input and
-        an input not given are the same)."""
+        an input not given are the same). `digests` are Spark's; `arrow(name)` gives an
+        input's arrow_digest, compared where a driver step committed one."""
+        digests = dict(digests)
+        for name, d in record["inputs"].items():
+            if _ARROW in d and digests.get(name, "").split(":")[0] == d.split(":")[0]:
+                digests[name] = arrow(name)
         given = {n: d for n, d in digests.items() if not d.startswith("0:")}
         committed = {n: d for n, d in record["inputs"].items() if not d.startswith("0:")}
         for name in sorted(set(committed) | set(given)):
@@ -282,28 +299,32 @@ class Store:
                frontier: int, closed: bool) -> None:
         """Make a computed step durable; raises (nothing committed) if any write fails."""
         step = record["step"]
-        writes: dict[str, tuple] = {}  # file id -> (frame not on disk yet, trace or None)
+        # file id -> (what the runner holds, the frame to write: not on disk yet, trace or None)
+        writes: dict[str, tuple] = {}
         fresh: dict[int, str] = {}
         used: list[str] = []
         buckets = dict(self.buckets)
 
-        def fid(df, trace: Optional[Trace] = None) -> Optional[str]:
-            if df is None:
+        def fid(held, trace: Optional[Trace] = None) -> Optional[str]:
+            """`held`: a Spark frame, an Arrow table, or a host trace batch's decoder."""
+            if held is None:
                 return None
-            known = self.frames.get(id(df))
-            if known is not None and known[0] is df:
+            known = self.frames.get(id(held))
+            if known is not None and known[0] is held:
                 name = known[1]
-            elif id(df) in fresh:
-                name = fresh[id(df)]
+            elif id(held) in fresh:
+                name = fresh[id(held)]
             else:
-                name = fresh[id(df)] = uuid.uuid4().hex[:16]
-                writes[name] = (df, trace)
-                buckets[name] = trace.partitions if trace is not None and trace.keys else 0
+                name = fresh[id(held)] = uuid.uuid4().hex[:16]
+                frame = held if isinstance(held, (DataFrame, pa.Table)) else held()
+                writes[name] = (held, frame, trace)
+                buckets[name] = trace.partitions if isinstance(frame, DataFrame) and \
+                    trace is not None and trace.keys else 0
             used.append(name)
             return name
 
-        def batch(df, size, trace):  # a trace batch's manifest entry
-            name = fid(df, trace)
+        def batch(held, size, trace):  # a trace batch's manifest entry
+            name = fid(held, trace)
             return [name, size, buckets.get(name, 0)]
 
         entries = {}
@@ -316,12 +337,13 @@ class Store:
                     "kind": "trace", "keys": list(value.keys),
                     "time_cols": list(value.time_cols), "since": value.since,
                     "upper": value.upper,
-                    "batches": [batch(b, s, value) for s, b in value.synced().spine.batches]}
+                    "batches": [batch(b, s, value) for s, b in value.spine.batches] +
+                               [batch(decode, s, value) for s, decode in value.unsynced]}
             else:
                 entries[self.keys(entry)] = {"kind": "pending", "frame": fid(value)}
         outputs = {name: {"log": [[fid(b), s] for s, b in logs[name].batches],
                           "pending": fid(pending[name])} for name in logs}
-        schemas = {**self.schemas, **{n: df.schema.json() for n, (df, _) in writes.items()}}
+        schemas = {**self.schemas, **{n: _schema(frame) for n, (_, frame, _) in writes.items()}}
         frames = {f: schemas[f] for f in used}
         try:
             crash_point("commit:before-data", step)
@@ -346,29 +368,33 @@ class Store:
         self.manifest, self.replayed, self.schemas = manifest, len(history), frames
         crash_point("commit:after-rename", step)
         self.frames = {i: (df, f) for i, (df, f) in self.frames.items() if f in frames}
-        self.frames.update({id(df): (df, name) for name, (df, _) in writes.items()})
+        self.frames.update({id(held): (held, name) for name, (held, _, _) in writes.items()})
         self.buckets = {f: b for f, b in buckets.items() if f in frames}
         self.gc()
 
     def _write(self, writes: dict, buckets: dict) -> None:
-        """Write new frames as Parquet (concurrent Spark jobs; trace batches bucketed by
-        their key, executor/state_layout.py) and fsync them."""
+        """Write new frames as Parquet (Spark frames as concurrent Spark jobs, Arrow tables by
+        pyarrow; Spark's trace batches bucketed by their key, executor/state_layout.py) and
+        fsync them."""
         from concurrent.futures import ThreadPoolExecutor
 
         def one(item):
-            name, (df, trace) = item
+            name, (_, frame, trace) = item
             path = os.path.join(self.dir, DATA, name)
-            if trace is None:
-                df.write.parquet(path)
-            else:
-                state_layout.write(df, path, trace.keys, trace.time_cols, buckets[name])
+            keys, times = (trace.keys, trace.time_cols) if trace is not None else ([], [])
+            state_layout.write(frame, path, keys, times, buckets[name])
             for root, _, files in os.walk(path):
                 for f in files:
                     _fsync_file(os.path.join(root, f))
                 _fsync_dir(root)
 
-        with ThreadPoolExecutor(max_workers=max(1, min(8, len(writes)))) as pool:
-            list(pool.map(one, writes.items()))
+        spark = [w for w in writes.items() if isinstance(w[1][1], DataFrame)]
+        for item in writes.items():  # Arrow tables here: starting threads costs more
+            if not isinstance(item[1][1], DataFrame):
+                one(item)
+        if spark:
+            with ThreadPoolExecutor(max_workers=min(8, len(spark))) as pool:
+                list(pool.map(one, spark))
         _fsync_dir(os.path.join(self.dir, DATA))
 
     # -------------------------------------------------------------- garbage collection
@@ -389,9 +415,65 @@ class Store:
 def _record_frames(records) -> list[str]:
     out = []
     for r in records:
-        out += [f for f, _ in r["batches"]] if r["kind"] == "trace" else \
+        out += [b[0] for b in r["batches"]] if r["kind"] == "trace" else \
             [r["frame"]] if r["frame"] else []
     return out
+
+
+def _schema(frame) -> str:
+    """A frame's Spark schema as JSON (an Arrow table's as Spark reads it back)."""
+    if isinstance(frame, pa.Table):
+        return from_arrow_schema(frame.schema, prefer_timestamp_ntz=True).json()
+    return frame.schema.json()
+
+
+_ARROW = ":arrow:"  # marks a digest made by arrow_digest (Spark's: rows:h1:h2)
+_NULL = np.uint64(0x9E3779B97F4A7C15)
+
+
+def arrow_digest(table: pa.Table) -> str:
+    """The content hash of an input a driver step commits, computed on Arrow (no Spark): the
+    row count and the wrapping sum of 64-bit row hashes (order-free). Values are hashed by
+    what they mean, not their Arrow type, so the same rows read back through Spark on a
+    replay (`toArrow`, other time zone or string types) hash alike."""
+    rows = np.zeros(table.num_rows, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for column in table.columns:
+            rows = _mix(rows * np.uint64(0x100000001B3) + _value_hashes(column))
+        total = int(rows.sum(dtype=np.uint64))
+    return f"{table.num_rows}{_ARROW}{total}"
+
+
+def _value_hashes(column) -> np.ndarray:
+    """A uint64 per value: integers, booleans, dates and timestamps as their integer,
+    floats as their bits, decimals and strings through blake2b of their text."""
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    kind = column.type
+    if pa.types.is_floating(kind):
+        values = column.cast(pa.float64()).fill_null(0).to_numpy().view(np.uint64)
+    elif pa.types.is_date(kind) or pa.types.is_timestamp(kind):
+        width = pa.int32() if pa.types.is_date32(kind) else pa.int64()
+        values = column.view(width).cast(pa.int64()).fill_null(0).to_numpy().view(np.uint64)
+    elif pa.types.is_integer(kind) or pa.types.is_boolean(kind):
+        values = column.cast(pa.int64()).fill_null(0).to_numpy().view(np.uint64)
+    else:
+        if pa.types.is_decimal(kind):
+            column = column.cast(pa.string())
+        coded = column.dictionary_encode()
+        words = np.array([int.from_bytes(hashlib.blake2b(
+            v.as_py().encode() if isinstance(v.as_py(), str) else v.as_py(),
+            digest_size=8).digest(), "little") for v in coded.dictionary], dtype=np.uint64)
+        values = words[coded.indices.fill_null(0).to_numpy()] if len(words) else \
+            np.zeros(len(column), dtype=np.uint64)
+    return np.where(pc.is_null(column).to_numpy(zero_copy_only=False), _NULL, _mix(values))
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: every input bit reaches every output bit."""
+    with np.errstate(over="ignore"):
+        h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return h ^ (h >> np.uint64(31))
 
 
 def content_digest(columns) -> list:

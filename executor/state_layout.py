@@ -10,13 +10,17 @@ s against 4-8 s), under heavy shared load (README, Durability). The table is reg
 at once; it is external, so dropping it leaves the files.
 
 A batch without keys, or restored by a runner with another P, is read as plain Parquet and
-arranged again.
+arranged again. So is a batch a driver step wrote (executor/host.py): it is an Arrow table,
+written plain by pyarrow with no Spark job, and Spark's bucketing hash is not reproduced.
 """
 from __future__ import annotations
 
 import json
+import os
 import uuid
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
@@ -38,10 +42,13 @@ def order(columns: list[str], keys: list[str], time_cols: list[str]) -> list[str
     return keys + values + time_cols
 
 
-def write(df: DataFrame, path: str, keys: list[str], time_cols: list[str],
-          buckets: int) -> None:
-    """Write an arranged batch to `path` in `buckets` buckets by its key (0: plain Parquet;
-    a batch without keys cannot be bucketed)."""
+def write(df, path: str, keys: list[str], time_cols: list[str], buckets: int) -> None:
+    """Write a batch to `path`: a Spark frame in `buckets` buckets by its key (0: plain
+    Parquet; a batch without keys cannot be bucketed), an Arrow table as plain Parquet."""
+    if isinstance(df, pa.Table):
+        os.makedirs(path)
+        pq.write_table(df, os.path.join(path, "part-00000.parquet"))
+        return
     if not buckets:
         df.write.parquet(path)
         return

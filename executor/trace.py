@@ -38,6 +38,10 @@ def arrange(df: DataFrame, keys: list[str], time_cols: list[str], partitions: in
     return materialise_counted(consolidated.sortWithinPartitions(*map(q, keys + values + time_cols)))
 
 
+SYNC_ROWS = 1_000_000  # a durable runner's driver-step updates kept apart beyond which (and
+# the mirror's size) the mirror is arranged into Spark batches once
+
+
 @dataclass
 class Trace:
     """A spine of arranged batches with the frontiers `since` (times below it are advanced
@@ -46,7 +50,9 @@ class Trace:
     Steps run on the driver (executor/host.py) update `mirror`, the trace's host copy, and
     mark the Spark batches `stale`: the mirror then holds every update, and the first reader
     of `batches` replaces them by the mirror, decoded and arranged as one Spark batch. A
-    Spark step's append drops the mirror (rebuilt on demand)."""
+    Spark step's append drops the mirror (rebuilt on demand). A durable runner's driver
+    steps also leave their own updates in `unsynced` ((rows, a function that decodes them to
+    Arrow)), which the state directory writes as that step's batches (executor/state.py)."""
 
     keys: list[str]
     time_cols: list[str]
@@ -57,6 +63,7 @@ class Trace:
     holds: dict = field(default_factory=dict)  # reader handle id -> its since
     mirror: Optional[Mirror] = None
     stale: bool = False  # the mirror holds updates the Spark batches lack
+    unsynced: tuple = ()  # durable runners only: each driver step's updates since `spine`
     mirrorable: bool = True  # False once it held what a mirror cannot (a null): for good
 
     def __post_init__(self):
@@ -75,7 +82,7 @@ class Trace:
             # in place: the same collection, now also readable by Spark
             self.spine = Spine(slack=self.spine.slack).appended(batch, size) if size else \
                 Spine(slack=self.spine.slack)
-            self.stale = False
+            self.stale, self.unsynced = False, ()
         return self
 
     def _spine(self, since: int) -> Spine:
@@ -100,11 +107,19 @@ class Trace:
                      spine.appended(batch, size) if size else spine,
                      max(self.since, since), upper, self.holds, mirrorable=self.mirrorable)
 
-    def host_appended(self, mirror: Mirror, upper: int, since: int) -> "Trace":
+    def host_appended(self, mirror: Mirror, upper: int, since: int,
+                      delta: Optional[tuple] = None) -> "Trace":
         """A new trace after a host step: `mirror` holds the step's updates too; `since`
-        from next_since."""
-        return Trace(self.keys, self.time_cols, self.partitions, self.spine, since, upper,
-                     self.holds, mirror, stale=self.stale or mirror is not self.mirror)
+        from next_since. `delta` ((rows, decode), durable runners only) is kept for the
+        state directory until the Spark batches next catch up with the mirror; past
+        SYNC_ROWS (and the mirror's size) they do, so the step files stay bounded."""
+        unsynced = self.unsynced + (delta,) if delta and delta[0] else self.unsynced
+        out = Trace(self.keys, self.time_cols, self.partitions, self.spine, since, upper,
+                    self.holds, mirror, stale=self.stale or mirror is not self.mirror,
+                    unsynced=unsynced)
+        if sum(n for n, _ in unsynced) > max(SYNC_ROWS, mirror.size):
+            out.synced()
+        return out
 
     def stats(self) -> dict:
         """Batches, records and bytes where the trace is stored now: the mirror's runs

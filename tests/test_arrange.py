@@ -225,3 +225,81 @@ def test_top_k_refuses_what_is_not_a_direction():
     for bad in ("total DSC", "total AS x", "total DESC NULLS"):
         with pytest.raises(PlanError, match="not ASC, DESC, NULLS FIRST or NULLS LAST"):
             t.top_k(1, order_by=bad)
+
+
+S, Q = "name STRING, v BIGINT", "name STRING, k BIGINT"
+SPARK_ONLY = {"diffspark.host.step_rows": "0"}
+
+
+def importing_flow(handle=None) -> Dataflow:
+    """A join on the imported arrangement's STRING key (codes shared with the source) and a
+    count of it; without a handle, the same over the source's input (the reference's)."""
+    flow = Dataflow()
+    arr = flow.import_trace("by_name", handle) if handle else \
+        flow.input("s", S).arrange_by_key("name")
+    flow.output("joined", arr.join(flow.input("q", Q), on=["name"]))
+    flow.output("counts", arr.count(by=["name"]))
+    return flow
+
+
+def snapshot(rows, at: int) -> list:
+    """A consolidated output's collection at time `at`: (record, multiplicity) sorted."""
+    totals: dict = {}
+    for record, t, d in rows:
+        if t <= at:
+            totals[record] = totals.get(record, 0) + d
+    return sorted((r, m) for r, m in totals.items() if m)
+
+
+word = st.sampled_from(["a", "bb", "é"])
+named = st.tuples(st.tuples(word, st.integers(0, 3)), st.integers(0, HORIZON - 1),
+                  st.sampled_from([-1, 1, 1, 2]))
+keyed = st.tuples(st.tuples(word, st.integers(0, 2)), st.integers(0, HORIZON - 1),
+                  st.sampled_from([-1, 1, 2]))
+
+
+@settings(max_examples=examples(2, 4), deadline=None, suppress_health_check=list(HealthCheck))
+@given(source=st.lists(named, min_size=1, max_size=14), probes=st.lists(keyed, max_size=8),
+       start=st.integers(1, HORIZON - 4))
+def test_import_on_the_driver_matches_spark_and_reference(spark, conf, source, probes, start):
+    """A source runner steps on the driver; from step `start` on, two runners import its
+    arrangement, one on the driver (it reads the source's mirror) and one on Spark. After
+    each step both importers' collections equal the reference's from the import on. Then
+    the importers lag: the source compacts only to their holds, and past them once the
+    handles are released."""
+    from executor.reference import reference
+
+    owner_flow = Dataflow()
+    owner_flow.output("by_name", owner_flow.input("s", S).arrange_by_key("name"))
+    owner = Runner(owner_flow, conf=conf, spark=spark)
+
+    def feed(runner, ddl, name, t):
+        ups = [u for u in (source if name == "s" else probes) if u[1] == t]
+        return runner.step({name: updates_df(spark, ddl, ups)}, upto=t + 1)
+
+    for t in range(start):
+        assert feed(owner, S, "s", t).host
+    handles = [owner.arrangement("by_name") for _ in range(2)]
+    on_driver = Runner(importing_flow(handles[0]), conf=conf, spark=spark)
+    on_spark = Runner(importing_flow(handles[1]), conf=conf | SPARK_ONLY, spark=spark)
+    assert on_driver.encoder is owner.encoder
+    want = reference(spark, importing_flow().outputs,
+                     {"q": [u for u in probes if u[1] >= start], "s": source})
+    lag = HORIZON - 2
+    for t in range(start, HORIZON):
+        assert feed(owner, S, "s", t).host
+        if t >= lag:
+            continue
+        assert feed(on_driver, Q, "q", t).host
+        assert not feed(on_spark, Q, "q", t).host
+        got = [outputs_rows(r, ["joined", "counts"]) for r in (on_driver, on_spark)]
+        for name in ("joined", "counts"):
+            for at in range(start - 1, t + 1):
+                assert snapshot(got[0][name], at) == snapshot(got[1][name], at) == \
+                    snapshot(want[name], at), (name, at)
+    trace = owner._state[owner.plan["by_name"]]
+    assert trace.since == lag - 1 and trace.holds
+    for handle in handles:
+        handle.release()
+    assert feed(owner, S, "s", HORIZON).host
+    assert owner._state[owner.plan["by_name"]].since == HORIZON

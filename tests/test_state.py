@@ -255,3 +255,138 @@ def test_restored_traces_keep_their_partitioning(spark, conf, tmp_path):
     feed(spark, resumed, INPUTS, [2, 3, HORIZON])
     assert outputs_rows(resumed, OUTPUTS) == expected(spark, INPUTS)
     resumed.release_state()
+
+
+# ---------------------------------------------------------------------------- the driver
+D, M = "src BIGINT, tag STRING", "node BIGINT, w BIGINT"
+SPARK_ONLY = {"diffspark.host.step_rows": "0"}
+
+
+def driver_flow() -> Dataflow:
+    """Operators with a driver form: an arrangement read by a join, a count by a STRING key
+    (nulls included), a sum."""
+    f = Dataflow()
+    e, n = f.input("e", D), f.input("n", M)
+    f.output("join", e.arrange_by_key("src").join(n.map("node AS src", "w"), on=["src"]))
+    f.output("tags", e.count(by=["tag"]))
+    f.output("sum", n.sum("w", by=["node"]))
+    return f
+
+
+def placed(tmp, ddl, ups, driver: bool):
+    """Updates as a pyarrow Table (a small step: the driver) or as a Parquet file (read by
+    Spark: the step runs on Spark)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    schema = pa.schema(to_arrow_schema(StructType.fromDDL(f"{ddl}, time BIGINT, diff BIGINT")))
+    rows = [tuple(r) + (t, d) for r, t, d in ups]
+    cols = list(zip(*rows)) if rows else [[] for _ in schema]
+    table = pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(cols, schema)],
+                                 schema=schema)
+    if driver:
+        return table
+    path = os.path.join(tmp, f"{len(os.listdir(tmp))}.parquet")
+    pq.write_table(table, path)
+    return path
+
+
+def feed_placed(runner, inputs, cuts, driver: list, tmp) -> list:
+    """Step to each of `cuts` from time 0, step i on the driver where driver[i]."""
+    lo, results = 0, []
+    for i, upto in enumerate(cuts):
+        batch = {n: placed(tmp, ddl, [u for u in ups if lo <= u[1] < upto], driver[i])
+                 for n, (ddl, ups) in inputs.items()}
+        results.append(runner.step(batch, upto=upto))
+        lo = upto
+    return results
+
+
+tagged = st.tuples(st.tuples(node, st.sampled_from(["a", "bb", "é", None])),
+                   st.integers(0, HORIZON - 1), st.sampled_from([-1, 1, 1, 2]))
+POINTS = ["commit:before-data", "commit:after-data", "commit:before-rename",
+          "commit:after-rename"]
+
+
+@settings(max_examples=examples(2, 4), deadline=None, suppress_health_check=list(HealthCheck))
+@given(edges=st.lists(tagged, min_size=1, max_size=10), weights=st.lists(weight, max_size=6),
+       cuts=st.sets(st.integers(1, HORIZON - 1), min_size=1, max_size=2), data=st.data())
+def test_driver_steps_die_resume_and_switch_placement(spark, conf, tmp_path_factory, monkeypatch,
+                                                      edges, weights, cuts, data):
+    """A durable runner steps on the driver or on Spark (random per step), dies at a random
+    commit point of a random step, and a new runner resumes, repeating the driver from the
+    start with the steps placed at random again: driver steps commit without Spark into the
+    same manifest, either placement resumes from either's steps, replays are recognised
+    whichever placement committed them, and the outputs are the reference's."""
+    def die():
+        raise Crash()
+
+    cuts = sorted(cuts) + [HORIZON]
+    inputs = {"e": (D, edges), "n": (M, weights)}
+    at = data.draw(st.integers(1, len(cuts)), label="crash step")
+    point = data.draw(st.sampled_from(POINTS), label="crash point")
+    first, second = (data.draw(st.lists(st.booleans(), min_size=len(cuts), max_size=len(cuts)),
+                               label=label) for label in ("first run", "second run"))
+    where = str(tmp_path_factory.mktemp("state"))
+    tmp = str(tmp_path_factory.mktemp("inputs"))
+    monkeypatch.setattr(durable, "_die", die)
+    monkeypatch.setenv(durable.CRASH_ENV, f"{point}@{at}")
+    runner = Runner(driver_flow(), conf=conf, spark=spark, state=where)
+    with pytest.raises(Crash):
+        feed_placed(runner, inputs, cuts, first, tmp)
+    assert runner.steps == at - 1
+    runner.release_state()
+    monkeypatch.delenv(durable.CRASH_ENV)
+
+    committed = at if point == "commit:after-rename" else at - 1
+    again = Runner(driver_flow(), conf=conf, spark=spark, state=where)
+    assert again.steps == committed
+    results = feed_placed(again, inputs, cuts, second, tmp) + [again.close()]
+    assert [r.skipped for r in results] == [i < committed for i in range(len(cuts) + 1)]
+    assert [r.host for r in results] == [not r.skipped and d for r, d in
+                                         zip(results, second + [False])]
+    assert outputs_rows(again, list(driver_flow().outputs)) == reference(
+        spark, driver_flow().outputs, {n: ups for n, (_, ups) in inputs.items()})
+    assert data_files(where) == set(manifest(where)["frames"])
+    again.release_state()
+
+
+def test_driver_and_spark_runners_take_turns_on_one_state(spark, conf, tmp_path):
+    """A runner on the driver, one with `diffspark.host.step_rows=0` (every step on Spark),
+    then one on the driver again, each resuming the last: each repeats the committed steps
+    (recognised, skipped) and runs the next in its placement; a driver step and its commit
+    run no Spark job (but the first after a resume, which reads the committed traces back
+    through Spark); the outputs are the reference's."""
+    where, tmp = str(tmp_path / "state"), str(tmp_path)
+    edges = [((0, "a"), 0, 1), ((1, None), 0, 2), ((0, "bb"), 1, 1), ((1, None), 2, -1),
+             ((2, "a"), 3, 1), ((0, "a"), 3, -1), ((2, "é"), 4, 1)]
+    weights = [((0, 5), 0, 1), ((1, -2), 1, 1), ((2, 7), 2, 1), ((0, 5), 3, -1), ((2, 1), 4, 2)]
+    inputs = {"e": (D, edges), "n": (M, weights)}
+    cuts = [1, 2, 3, 4, 5]
+    tracker = spark.sparkContext.statusTracker()
+    done = 0
+    for overrides, until in (({}, 2), (SPARK_ONLY, 3), ({}, 5)):
+        runner = Runner(driver_flow(), conf=conf | overrides, spark=spark, state=where)
+        assert runner.steps == done
+        lo = 0
+        for i, upto in enumerate(cuts[:until]):
+            batch = {n: placed(tmp, ddl, [u for u in ups if lo <= u[1] < upto], True)
+                     for n, (ddl, ups) in inputs.items()}
+            before = set(tracker.getJobIdsForGroup(None))
+            result = runner.step(batch, upto=upto)
+            lo = upto
+            assert result.skipped == (i < done)
+            assert result.host == (i >= done and not overrides)
+            if result.host and (i > done or not done):
+                assert set(tracker.getJobIdsForGroup(None)) == before, f"a job in step {i + 1}"
+        done = until
+        runner.release_state()
+        assert data_files(where) == set(manifest(where)["frames"])
+    final = Runner(driver_flow(), conf=conf, spark=spark, state=where)
+    assert all(r.skipped for r in feed_placed(final, inputs, cuts, [False] * len(cuts), tmp))
+    final.close()
+    assert outputs_rows(final, list(driver_flow().outputs)) == reference(
+        spark, driver_flow().outputs, {n: ups for n, (_, ups) in inputs.items()})
+    final.release_state()

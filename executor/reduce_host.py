@@ -7,8 +7,9 @@ time), and each result is emitted at its time and retracted at the key's next gr
 Everything is int64 codes (executor/encoding.py); values are decoded only where a reduction
 needs them (a DOUBLE sum, an order over strings, a user expression or kernel). What the
 driver cannot reproduce exactly (an int64 overflow that Spark would report, a decimal result
-at another scale) raises Unsupported and the step runs on Spark. count, and distinct of whole
-records, use running sums in executor/host.py instead.
+at another scale) raises Unsupported and the step runs on Spark. count, distinct of whole
+records and sums over exact types keep running totals instead (executor/totals.py), which
+sends here only the keys their totals cannot decide.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
 from pyspark.sql.types import DecimalType, DoubleType, FloatType, StructField, StructType
 
 from gpu_kernels import DiffOverflow, consolidate, group_starts, multiply_diffs, neighbours
-from gpu_kernels import sort_by, to_numpy
+from gpu_kernels import running_segments, sort_by, to_numpy
 from plans import ir
 from plans.semantics import call_reduce_kernel
 
@@ -121,6 +122,9 @@ def _keyed(step, node, g, acc, value, m_out):
 
 
 def _sum(step, node, g, acc, m, kinds, records, schema):
+    """A DOUBLE sum, over its group at each time: float addition depends on its order, so a
+    running total would drift from the sum of the group. Also the keys of an exact sum that
+    its totals cannot decide (executor/totals.py)."""
     from .host import Unsupported
 
     xp, column = step.xp, node.reduction.column
@@ -184,18 +188,10 @@ def _top_k(step, node, g, acc, m, kinds, records, schema):
              for c in records]
     perm = sort_by(xp, [g, *keys])
     g, m = xp.take(g, perm), xp.take(m, perm)
-    before = _running(xp, g, m) - m
+    before = running_segments(xp, m, group_starts(xp, [g])) - m
     keep = xp.nonzero(before < red.k)[0]
     return (xp.take(g, keep), {c: xp.take(xp.take(acc[c], perm), keep) for c in records},
             xp.minimum(xp.take(m, keep), red.k - xp.take(before, keep)))
-
-
-def _running(xp, g, m):
-    """Per row of rows sorted by group: the sum of m over its group's rows so far."""
-    total = xp.cumulative_sum(m, include_initial=True)
-    groups, starts = _groups(xp, g)
-    group = xp.searchsorted(groups, g)
-    return total[1:] - xp.take(xp.take(total, starts), group)
 
 
 def _distinct(step, node, g, acc, m, kinds, records, schema):

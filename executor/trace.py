@@ -39,7 +39,7 @@ def arrange(df: DataFrame, keys: list[str], time_cols: list[str], partitions: in
     return materialise_counted(consolidated.sortWithinPartitions(*map(q, keys + values + time_cols)))
 
 
-SYNC_ROWS = 1_000_000  # host updates held for Spark beyond which (and the trace) they go in
+SYNC_ROWS = 1_000_000  # host updates held for Spark beyond which (and the mirror) the mirror stands in
 
 
 @dataclass
@@ -49,8 +49,9 @@ class Trace:
 
     Steps run on the driver (executor/host.py) update `mirror`, the trace's host copy, and
     leave their updates in `unsynced` ((rows, a function that decodes them to Arrow)): the
-    first reader of `batches` decodes and arranges
-    them into one Spark batch. A Spark step's append drops the mirror (rebuilt on demand)."""
+    first reader of `batches` decodes and arranges them into one Spark batch. `totals` holds
+    what the driver's abelian reductions keep per key of this trace (executor/totals.py).
+    A Spark step's append drops the mirror and the totals (rebuilt on demand)."""
 
     keys: list[str]
     time_cols: list[str]
@@ -61,6 +62,7 @@ class Trace:
     holds: dict = field(default_factory=dict)  # reader handle id -> its since
     mirror: Optional[Mirror] = None
     unsynced: tuple = ()
+    totals: dict = field(default_factory=dict)  # Reduction -> its totals (executor/totals.py)
     mirrorable: bool = True  # False once it held what a mirror cannot (a null): for good
 
     def __post_init__(self):
@@ -106,17 +108,20 @@ class Trace:
                      max(self.since, since), upper, self.holds, mirrorable=self.mirrorable)
 
     def host_appended(self, mirror: Mirror, rows: int, decode, upper: int,
-                      since: int) -> "Trace":
+                      since: int, decode_all) -> "Trace":
         """A new trace with a host step's `rows` updates: `mirror` already holds them,
         `decode()` gives them as Arrow (records, time, diff) for Spark, only if Spark reads
-        them; `since` from next_since."""
+        them; `since` from next_since. `decode_all()` gives the whole new mirror so: once the
+        updates held for Spark outnumber both SYNC_ROWS and the mirror, they are replaced by
+        it (and the Spark batches dropped, the mirror holding them too), so host-only steps
+        neither pile up updates nor run a Spark job (a 1M-record trace loaded on the driver
+        once cost its first step a minute of arranging)."""
         unsynced = self.unsynced + ((rows, decode),) if rows else self.unsynced
-        out = Trace(self.keys, self.time_cols, self.partitions, self.spine, since, upper,
-                    self.holds, mirror, unsynced)
-        held = sum(n for n, _ in unsynced)
-        if held > max(SYNC_ROWS, sum(s for s, _ in self.spine.batches)):
-            out.synced()  # bounded: host-only steps do not pile up updates forever
-        return out
+        spine = self.spine
+        if sum(n for n, _ in unsynced) > max(SYNC_ROWS, mirror.size):
+            unsynced, spine = ((mirror.size, decode_all),), Spine(slack=self.spine.slack)
+        return Trace(self.keys, self.time_cols, self.partitions, spine, since, upper,
+                     self.holds, mirror, unsynced, totals=dict(self.totals))
 
     def stats(self) -> dict:
         sizes = [s for s, _ in self.synced().spine.batches]

@@ -43,8 +43,8 @@ _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 
 def applies(node: ir.Reduce, view) -> bool:
     """Whether the reduction keeps running totals: count, distinct of whole records, and
-    sum over integers or DECIMAL (a DOUBLE sum depends on the order of its additions, so it
-    is re-evaluated over the whole group, as Spark adds it)."""
+    sum over integers or DECIMAL. A DOUBLE sum is re-evaluated over its group at each time:
+    float addition depends on its order, so a running total would drift from it."""
     red = node.reduction
     if red.kind == "distinct":
         return list(view.trace.keys) == view.batch.names
@@ -76,14 +76,12 @@ def delta(step, node: ir.Reduce, view):
                        [m.rows([batch.col(k) for k in keys]) for m in sources], step.lower)
     except DiffOverflow:
         raise Unsupported(f"{node.label()}: a total beyond int64 (Spark reports it)") from None
-    if any(bool(xp.any(xp.abs(total) >= BOUND)) for total in now.now[:2]):
-        raise Unsupported(f"{node.label()}: a total near the int64 range")
+    _bounded(xp, node, now.now[:2])
     if not own:
         since = view.trace.next_since(step.upto - 1)
         step.commits[node.input].totals[red] = [
             m.appended(run_of(xp, now.keys, now.t, d), since)
             for m, d in zip(sources, now.changes())]
-    names = [f.name for f in schema.fields[:-2]]
     if red.kind == "distinct":
         diff = xp.astype(now.now[0] > 0, xp.int64) - xp.astype(now.prev[0] > 0, xp.int64)
         keep = xp.nonzero(diff != 0)[0]
@@ -107,6 +105,14 @@ def delta(step, node: ir.Reduce, view):
     again = reduce_host.delta(step, node, dataclasses.replace(view, batch=picked))
     return Changes(schema, [xp.concat([a, b]) for a, b in zip(out.cols, again.cols)],
                    xp.concat([out.t, again.t]), xp.concat([out.d, again.d]))
+
+
+def _bounded(xp, node: ir.Reduce, totals: list) -> None:
+    """Unsupported (the step runs on Spark) where a total reaches BOUND in absolute value."""
+    from .host import Unsupported
+
+    if any(bool(xp.any(xp.logical_or(x >= BOUND, x <= -BOUND))) for x in totals):
+        raise Unsupported(f"{node.label()}: a total near the int64 range")
 
 
 def _emitted(xp, schema, keys, t, now, prev, now_present, prev_present):
@@ -154,8 +160,7 @@ def _kept(step, node: ir.Reduce, view, keys: list[str], kinds: dict) -> list[Mir
     except DiffOverflow:
         raise Unsupported(f"{node.label()}: a total beyond int64 (Spark reports it)") from None
     totals = summed.now
-    if any(bool(xp.any(xp.abs(total) >= BOUND)) for total in totals[:2]):
-        raise Unsupported(f"{node.label()}: a total near the int64 range")
+    _bounded(xp, node, totals[:2])
     totals = totals[:2] + [xp.minimum(s, xp.asarray(BOUND)) for s in totals[2:]]
     since = trace.next_since(step.lower - 1)
     kept = trace.totals[red] = [

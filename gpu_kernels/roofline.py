@@ -53,7 +53,7 @@ MODELS: dict[str, Model] = {
     "neighbours": Model(2, 4, search="q", what="ranges, then one write per neighbour"),
     "contains": Model(1, 4, search="q", what="binary search in each range"),
     "lower_bound": Model(1, 4, search="q", what="binary search in each range"),
-    "equal_range": Model(1, 8, search="q", what="two binary searches in each range"),
+    "equal_range": Model(2, 8, search="q", what="two binary searches in each range"),
     "extend": Model(4, 8, search="q", what="count, propose, validate by search"),
     "orient": Model(3 * SORT, 6, what="degrees, rank, sort edges by rank"),
     "count_triangles": Model(3 * SORT, 8, what="orient, then ~120 bytes per wedge"),

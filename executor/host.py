@@ -30,13 +30,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
-from gpu_kernels import (consolidate, group_starts, multiply_diffs, namespace, neighbours,
-                         to_numpy)
+from gpu_kernels import consolidate, multiply_diffs, namespace, neighbours, to_numpy
 from plans import ir
 from plans import query as cq
 from plans.ir import PlanError
 
-from . import delta_rules, expressions, join, linear, reduce_host
+from . import delta_rules, expressions, join, linear, reduce_host, totals
 from .config import host_mirror_rows, host_step_rows
 from .encoding import NULL_CODE, NoCode, fits
 from .mirror import Mirror, run_of
@@ -241,24 +240,21 @@ class HostStep:
         return trace.mirror
 
     def _arrange(self, node: ir.Arrange) -> Changes:
-        """The step's updates as the arrangement's new batch; the new mirror holds them."""
+        """The step's updates as the arrangement's new batch; the new mirror holds them.
+        An arrangement that only counts read holds its key columns alone (executor/running.py):
+        their diffs summed per key are the counts' totals (executor/totals.py)."""
         runner = self.runner
         batch = self._consolidated(self.changes(node.input))
         keys = list(node.keys) if node.keys is not None else batch.names
         trace = runner._state.get(node) or Trace(keys, [TIME], runner.partitions)
-        columns = keys + [c for c in batch.names if c not in keys]
-        if node in runner._counted:  # its trace holds per-key totals, the count appends
-            fields = {f.name: f for f in batch.schema.fields}  # them (see _reduce)
-            old = self.mirror(node, trace, keys, len(keys),
-                              _updates_schema([fields[k] for k in keys]))
-            self.views[node] = _View(trace, old, batch, None)
-            return batch
-        old = self.mirror(node, trace, columns, len(keys), batch.schema)
+        kept = _projected(batch, keys) if node in runner._counted else batch
+        columns = keys + [c for c in kept.names if c not in keys]
+        old = self.mirror(node, trace, columns, len(keys), kept.schema)
         since = trace.next_since(self.upto - 1)
-        run = run_of(self.xp, [batch.col(c) for c in columns], batch.t, batch.d)
+        run = run_of(self.xp, [kept.col(c) for c in columns], kept.t, kept.d)
         self.views[node] = _View(trace, old, batch, old.reading(run))
         self.commits[node] = trace.host_appended(old.appended(run, since), self.upto, since,
-                                                 self.delta(batch))
+                                                 self.delta(kept))
         return batch
 
     def _import(self, node: ir.Imported) -> Changes:
@@ -288,56 +284,12 @@ class HostStep:
 
     # ------------------------------------------------------------------ reductions
     def _reduce(self, node: ir.Reduce) -> Changes:
-        """count and distinct by running sums: a key's total before the step (its old
-        updates, summed) then after each of the step's times; the differences are emitted,
-        exactly as executor/reduce.py `_running` does in Spark SQL. The other reductions
-        re-evaluate the touched keys (executor/reduce_host.py)."""
-        xp = self.xp
-        arranged = node.input
-        self.value(arranged)
-        view = self.views[arranged]
-        if node.reduction.kind not in ("count", "distinct") or (
-                node.reduction.kind == "distinct" and list(view.trace.keys) != view.batch.names):
-            return self._consolidated(reduce_host.delta(self, node, view))
-        old, batch = view.old, view.batch
-        keys = list(view.trace.keys)
-        fields = {f.name: f for f in batch.schema.fields}
-        key_cols = [batch.col(k) for k in keys]
-        held = old.rows(key_cols)
-        held_keys = [held.cols[old.columns.index(k)] for k in keys]
-        base = xp.full_like(held.t, self.lower - 1)
-        rows, m = consolidate(xp, [xp.concat([a, b]) for a, b in zip(key_cols, held_keys)]
-                              + [xp.concat([batch.t, base])], xp.concat([batch.d, held.d]))
-        kc, t = rows[:-1], rows[-1]
-        now = _segment_running_sum(xp, kc, m)
-        prev = now - m
-        step = xp.nonzero(t >= self.lower)[0]
-        kc, t, now, prev = ([xp.take(a, step) for a in kc], xp.take(t, step),
-                            xp.take(now, step), xp.take(prev, step))
-        if node.reduction.kind == "distinct":
-            diff = xp.astype(now > 0, xp.int64) - xp.astype(prev > 0, xp.int64)
-            keep = xp.nonzero(diff != 0)[0]
-            out = Changes(batch.schema, [xp.take(a, keep) for a in kc], xp.take(t, keep),
-                          xp.take(diff, keep))
-            return self._consolidated(out)
-        # count: the new count (+1) and the previous one (-1), zeros left out
-        a, b = xp.nonzero(now != 0)[0], xp.nonzero(prev != 0)[0]
-        cols = [xp.concat([xp.take(c, a), xp.take(c, b)]) for c in kc]
-        cols.append(xp.concat([xp.take(now, a), xp.take(prev, b)]))
-        signs = xp.concat([xp.ones_like(a), -xp.ones_like(b)])
-        schema = _updates_schema([fields[k] for k in keys] +
-                                 [StructField("count", LongType(), False)])
-        out = self._consolidated(Changes(schema, cols, xp.concat([xp.take(t, a), xp.take(t, b)]),
-                                         signs))
-        if arranged in self.runner._counted:  # totals: + count * diff per key and time
-            since = view.trace.next_since(self.upto - 1)
-            weighted = out.col("count") * out.d
-            totals = run_of(xp, out.cols[:-1], out.t, weighted)
-            table = Changes(_updates_schema([fields[k] for k in keys]), list(totals.cols),
-                            totals.t, totals.d)
-            self.commits[arranged] = view.trace.host_appended(
-                old.appended(totals, since), self.upto, since, self.delta(table))
-        return out
+        """Abelian reductions keep running totals per key (executor/totals.py); the others
+        re-evaluate the keys the step touches (executor/reduce_host.py)."""
+        self.value(node.input)
+        view = self.views[node.input]
+        family = totals if totals.applies(node, view) else reduce_host
+        return self._consolidated(family.delta(self, node, view))
 
     # ------------------------------------------------------------------ joins
     def _join(self, node: ir.Join) -> Changes:
@@ -452,13 +404,11 @@ def _found(mirror: Mirror, batch: Changes, on: list[str]) -> tuple:
     return dict(zip(mirror.columns, run.cols)), run.t, run.d
 
 
-def _segment_running_sum(xp, keys: list, m):
-    """Per row of updates sorted by (keys, time): the sum of m over its key's rows so far."""
-    total = xp.cumulative_sum(m, include_initial=True)
-    n = m.shape[0]
-    starts = group_starts(xp, keys) if keys else xp.zeros(1 if n else 0, dtype=xp.int64)
-    group = xp.searchsorted(starts, xp.arange(n, dtype=xp.int64), side="right") - 1
-    return total[1:] - xp.take(xp.take(total, starts), group)
+def _projected(c: Changes, columns: list[str]) -> Changes:
+    """The updates of some of the record columns."""
+    fields = {f.name: f for f in c.schema.fields}
+    return Changes(_updates_schema([fields[n] for n in columns]), [c.col(n) for n in columns],
+                   c.t, c.d)
 
 
 @dataclass

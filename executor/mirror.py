@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from gpu_kernels import consolidate, group_starts, neighbours, sort_by, to_numpy
+from gpu_kernels import consolidate, equal_range, neighbours, to_numpy
 
 from .spine import Spine
 from .time import DIFF, TIME
@@ -133,23 +133,26 @@ class Mirror:
                    xp.concat([a.t, b.t]), xp.concat([a.d, b.d]))
 
     def rows(self, asked: list) -> Run:
-        """Every update whose key columns equal one of the asked key tuples (`asked`: one
-        array per key column; repeats allowed); all updates for a mirror without keys."""
+        """Every update whose first len(asked) columns equal one of the asked tuples
+        (`asked`: one array per column, keys first; repeats allowed); all updates for a
+        mirror without keys. Each run is searched (binary searches per asked tuple), so a
+        lookup costs the rows found, not the rows that share a first column."""
         xp = self.xp
         runs = [r for _, r in self.spine.batches]
         if self.nkeys == 0 or not runs:
             return self._concat_all(runs)
         if asked[0].shape[0] == 0:
             return self._concat_all([])
-        first = xp.unique_values(asked[0])
+        width = len(asked)
+        asked = [xp.unique_values(asked[0])] if width == 1 else \
+            consolidate(xp, list(asked), xp.ones_like(asked[0]))[0]
         parts = []
         for run in runs:
-            lo = xp.searchsorted(run.cols[0], first, side="left")
-            hi = xp.searchsorted(run.cols[0], first, side="right")
+            lo = xp.searchsorted(run.cols[0], asked[0], side="left")
+            hi = xp.searchsorted(run.cols[0], asked[0], side="right")
+            if width > 1:
+                lo, hi = equal_range(xp, run.cols[1:width], lo, hi, tuple(asked[1:]))
             _, rows = neighbours(xp, xp.arange(run.size, dtype=xp.int64), lo, hi)
-            if self.nkeys > 1:
-                cand = [xp.take(c, rows) for c in run.cols[:self.nkeys]]
-                rows = xp.take(rows, xp.nonzero(member(xp, cand, asked))[0])
             parts.append(Run(tuple(xp.take(c, rows) for c in run.cols), xp.take(run.t, rows),
                              xp.take(run.d, rows)))
         return self._concat_all(parts)
@@ -165,21 +168,3 @@ class Mirror:
         rows = xp.nonzero(run.t < self.upper)[0]
         return Run(tuple(xp.take(c, rows) for c in run.cols), xp.take(run.t, rows),
                    xp.take(run.d, rows))
-
-
-def member(xp, cols: list, among: list):
-    """Whether each row of `cols` equals some row of `among` (same number of columns)."""
-    n = cols[0].shape[0]
-    if n == 0:
-        return xp.zeros(0, dtype=xp.bool)
-    both = [xp.concat([a, b]) for a, b in zip(cols, among)]
-    total = both[0].shape[0]
-    perm = sort_by(xp, both)
-    starts = group_starts(xp, [xp.take(c, perm) for c in both])
-    group = xp.searchsorted(starts, xp.arange(total, dtype=xp.int64), side="right") - 1
-    # per group of equal rows: how many come from `among` (their positions are >= n)
-    flags = xp.cumulative_sum(xp.astype(perm >= n, xp.int64), include_initial=True)
-    ends = xp.concat([starts[1:], xp.asarray([total], dtype=xp.int64)])
-    hits = xp.take(flags, ends) - xp.take(flags, starts)
-    found = xp.take(xp.take(hits > 0, group), xp.argsort(perm))
-    return found[:n]

@@ -7,8 +7,9 @@ time), and each result is emitted at its time and retracted at the key's next gr
 Everything is int64 codes (executor/encoding.py); values are decoded only where a reduction
 needs them (a DOUBLE sum, an order over strings, a user expression or kernel). What the
 driver cannot reproduce exactly (an int64 overflow that Spark would report, a decimal result
-at another scale) raises Unsupported and the step runs on Spark. count, and distinct of whole
-records, use running sums in executor/host.py instead.
+at another scale) raises Unsupported and the step runs on Spark. count, distinct of whole
+records and sums over exact types keep running totals instead (executor/totals.py), which
+sends here only the keys their totals cannot decide.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
 from pyspark.sql.types import DecimalType, DoubleType, FloatType, StructField, StructType
 
 from gpu_kernels import DiffOverflow, consolidate, group_starts, multiply_diffs, neighbours
-from gpu_kernels import sort_by, to_numpy
+from gpu_kernels import running_segments, sort_by, sum_segments, to_numpy
 from plans import ir
 from plans.reduce_kernel import call_reduce_kernel
 
@@ -121,6 +122,9 @@ def _keyed(step, node, g, acc, value, m_out):
 
 
 def _sum(step, node, g, acc, m, kinds, records, schema):
+    """A DOUBLE sum, over its group at each time: float addition depends on its order, so a
+    running total would drift from the sum of the group. Also the keys of an exact sum that
+    its totals cannot decide (executor/totals.py)."""
     from .host import Unsupported
 
     xp, column = step.xp, node.reduction.column
@@ -184,18 +188,22 @@ def _top_k(step, node, g, acc, m, kinds, records, schema):
              for c in records]
     perm = sort_by(xp, [g, *keys])
     g, m = xp.take(g, perm), xp.take(m, perm)
-    before = _running(xp, g, m) - m
+    before = running_segments(xp, m, group_starts(xp, [g])) - m
     keep = xp.nonzero(before < red.k)[0]
     return (xp.take(g, keep), {c: xp.take(xp.take(acc[c], perm), keep) for c in records},
             xp.minimum(xp.take(m, keep), red.k - xp.take(before, keep)))
 
 
-def _running(xp, g, m):
-    """Per row of rows sorted by group: the sum of m over its group's rows so far."""
-    total = xp.cumulative_sum(m, include_initial=True)
+def _count(step, node, g, acc, m, kinds, records, schema):
+    """A count over its group (one whose totals live elsewhere, executor/totals.py): the sum
+    of the multiplicities, present while non-zero."""
+    xp = step.xp
     groups, starts = _groups(xp, g)
-    group = xp.searchsorted(groups, g)
-    return total[1:] - xp.take(xp.take(total, starts), group)
+    total = sum_segments(xp, m, starts)
+    keep = xp.nonzero(total != 0)[0]
+    out = {k: xp.take(xp.take(acc[k], starts), keep) for k in node.by}
+    out[schema.fields[len(node.by)].name] = xp.take(total, keep)
+    return xp.take(groups, keep), out, xp.ones(keep.shape, dtype=xp.int64)
 
 
 def _distinct(step, node, g, acc, m, kinds, records, schema):
@@ -269,5 +277,5 @@ def _evaluate(step, table: pa.Table, schema: StructType, exprs: list[str]) -> li
             for i, f in enumerate(projected.schema.fields)]
 
 
-_REDUCE = {"sum": _sum, "min": _extreme, "max": _extreme, "top_k": _top_k,
+_REDUCE = {"count": _count, "sum": _sum, "min": _extreme, "max": _extreme, "top_k": _top_k,
            "distinct": _distinct, "threshold": _threshold, "kernel": _kernel}

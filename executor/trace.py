@@ -52,7 +52,9 @@ class Trace:
     of `batches` replaces them by the mirror, decoded and arranged as one Spark batch. A
     Spark step's append drops the mirror (rebuilt on demand). A durable runner's driver
     steps also leave their own updates in `unsynced` ((rows, a function that decodes them to
-    Arrow)), which the state directory writes as that step's batches (executor/state.py)."""
+    Arrow)), which the state directory writes as that step's batches (executor/state.py).
+    `totals` holds what the driver's abelian reductions keep per key of this trace
+    (executor/totals.py); a Spark step's append drops them with the mirror."""
 
     keys: list[str]
     time_cols: list[str]
@@ -64,6 +66,7 @@ class Trace:
     mirror: Optional[Mirror] = None
     stale: bool = False  # the mirror holds updates the Spark batches lack
     unsynced: tuple = ()  # durable runners only: each driver step's updates since `spine`
+    totals: dict = field(default_factory=dict)  # Reduction -> its totals (executor/totals.py)
     mirrorable: bool = True  # False once it held what a mirror cannot (a null): for good
 
     def __post_init__(self):
@@ -116,7 +119,7 @@ class Trace:
         unsynced = self.unsynced + (delta,) if delta and delta[0] else self.unsynced
         out = Trace(self.keys, self.time_cols, self.partitions, self.spine, since, upper,
                     self.holds, mirror, stale=self.stale or mirror is not self.mirror,
-                    unsynced=unsynced)
+                    unsynced=unsynced, totals=dict(self.totals))
         if sum(n for n, _ in unsynced) > max(SYNC_ROWS, mirror.size):
             out.synced()
         return out

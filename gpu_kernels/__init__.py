@@ -7,16 +7,16 @@ from .arrow import arrays_to_batch, batch_to_arrays
 from .backend import BACKENDS, namespace, to_numpy
 from .consolidate import consolidate, group_starts, sort_by
 from .csr import CSR, build_csr, neighbours, row_ranges
-from .diffs import DiffOverflow, add_diffs, multiply_diffs, sum_segments
+from .diffs import DiffOverflow, add_diffs, multiply_diffs, running_segments, sum_segments
 from .expand import compose, expand, gather, parents
-from .intersect import contains
+from .intersect import contains, equal_range
 from .times import advance_by, join_times, less_equal, meet_times
 from .wcoj import count_triangles, extend, list_triangles, orient
 
 __all__ = [
     "BACKENDS", "CSR", "DiffOverflow", "add_diffs", "advance_by", "arrays_to_batch",
     "batch_to_arrays", "build_csr", "compose", "consolidate", "contains", "count_triangles",
-    "expand", "extend", "gather", "group_starts", "join_times", "less_equal", "list_triangles",
+    "equal_range", "expand", "extend", "gather", "group_starts", "join_times", "less_equal", "list_triangles",
     "meet_times", "multiply_diffs", "namespace", "neighbours", "orient", "parents",
-    "row_ranges", "sort_by", "sum_segments", "to_numpy",
+    "row_ranges", "running_segments", "sort_by", "sum_segments", "to_numpy",
 ]

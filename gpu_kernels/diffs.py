@@ -70,3 +70,24 @@ def sum_segments(xp, diff, starts):
     bad = xp.logical_or(hi < -(2**31), hi >= 2**31)
     _refuse(xp, bad, lambda i: f"diff sum overflows int64 (segment {i}, from row {int(starts[i])})")
     return hi * _HALF + lo % _HALF
+
+
+def running_segments(xp, diff, starts):
+    """Per row, the sum of diff over its segment's rows up to and including it (segments as
+    in sum_segments): a key's running total over its updates sorted by time. Exact by the
+    same hi/lo split; a running sum outside int64 raises DiffOverflow."""
+    diff = _int64(xp, diff)
+    n = diff.shape[0]
+    if n >= 2**31:
+        raise ValueError(f"running_segments takes fewer than 2**31 rows per call, got {n}")
+    segment = xp.searchsorted(starts, xp.arange(n, dtype=starts.dtype), side="right") - 1
+
+    def running(part):
+        total = xp.cumulative_sum(part, include_initial=True)
+        return total[1:] - xp.take(xp.take(total, starts), segment)
+
+    hi, lo = running(diff // _HALF), running(diff % _HALF)
+    hi = hi + lo // _HALF
+    bad = xp.logical_or(hi < -(2**31), hi >= 2**31)
+    _refuse(xp, bad, lambda i: f"diff sum overflows int64 (running, row {i})")
+    return hi * _HALF + lo % _HALF

@@ -19,16 +19,9 @@ def lower_bound(xp, targets, lo, hi, candidates):
     (each range sorted by them): an as-of read looks for (value, time) pairs."""
     tuples = isinstance(targets, tuple)
     targets, candidates = (targets, candidates) if tuples else ((targets,), (candidates,))
-    first, last = lo, hi
     if targets[0].shape[0] == 0 or lo.shape[0] == 0:
-        return xp.zeros(lo.shape[0], dtype=xp.bool), first
-    zero = xp.zeros_like(lo)
-    for _ in range(int(xp.max(hi - lo)).bit_length()):  # lower bound in [first, last)
-        active = first < last
-        mid = xp.where(active, (first + last) // 2, zero)
-        below = xp.logical_and(active, _less(xp, [xp.take(t, mid) for t in targets], candidates))
-        first = xp.where(below, mid + 1, first)
-        last = xp.where(xp.logical_and(active, xp.logical_not(below)), mid, last)
+        return xp.zeros(lo.shape[0], dtype=xp.bool), lo
+    first = _search(xp, targets, lo, hi, candidates, _less)
     at = xp.minimum(first, xp.asarray(targets[0].shape[0] - 1, dtype=first.dtype))
     equal = xp.take(targets[0], at) == candidates[0]
     for t, c in zip(targets[1:], candidates[1:]):
@@ -36,9 +29,43 @@ def lower_bound(xp, targets, lo, hi, candidates):
     return xp.logical_and(first < hi, equal), first
 
 
+def equal_range(xp, targets, lo, hi, candidates):
+    """(first, stop): the rows of targets[lo[j]:hi[j]] equal to candidates[j] are
+    first[j]:stop[j]. `targets` and `candidates` are tuples of arrays compared
+    lexicographically, each range sorted by them: rows sorted by more columns than are
+    asked (a prefix of an arrangement's columns) are found by that prefix."""
+    if targets[0].shape[0] == 0 or lo.shape[0] == 0:
+        return lo, lo
+    return (_search(xp, targets, lo, hi, candidates, _less),
+            _search(xp, targets, lo, hi, candidates, _less_equal))
+
+
+def _search(xp, targets, lo, hi, candidates, before):
+    """Per query, the first index in [lo, hi) whose row is not `before` the candidate."""
+    first, last = lo, hi
+    zero = xp.zeros_like(lo)
+    for _ in range(int(xp.max(hi - lo)).bit_length()):
+        active = first < last
+        mid = xp.where(active, (first + last) // 2, zero)
+        below = xp.logical_and(active, before(xp, [xp.take(t, mid) for t in targets],
+                                              candidates))
+        first = xp.where(below, mid + 1, first)
+        last = xp.where(xp.logical_and(active, xp.logical_not(below)), mid, last)
+    return first
+
+
 def _less(xp, a, b):
     """Lexicographic a < b over tuples of arrays."""
-    less = a[-1] < b[-1]
+    return _compare(xp, a, b, a[-1] < b[-1])
+
+
+def _less_equal(xp, a, b):
+    """Lexicographic a <= b over tuples of arrays."""
+    return _compare(xp, a, b, a[-1] <= b[-1])
+
+
+def _compare(xp, a, b, last):
+    """Lexicographic order of tuples of arrays, `last` deciding ties of all but the last."""
     for x, y in zip(reversed(a[:-1]), reversed(b[:-1])):
-        less = xp.logical_or(x < y, xp.logical_and(x == y, less))
-    return less
+        last = xp.logical_or(x < y, xp.logical_and(x == y, last))
+    return last

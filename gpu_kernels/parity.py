@@ -80,6 +80,11 @@ def _targets_ranges(xp, a):
     return index.targets, lo, hi
 
 
+def _equal_range(xp, a):
+    targets, lo, hi = _targets_ranges(xp, a)
+    return intersect.equal_range(xp, (targets,), lo, hi, (a["c"],))
+
+
 def _timed_inputs(rng, n):
     k = max(3, n // 8)  # about 8 updates per key
     return {"key": _ints(rng, n, 0, k), "value": _ints(rng, n, 0, k), "time": _ints(rng, n, 0, 5),
@@ -157,6 +162,8 @@ CASES: dict[str, Case] = {
                                     "b": _ints(r, n, -2**61, 2**61)},
                       lambda xp, a: diffs.add_diffs(xp, a["a"], a["b"])),
     "sum_segments": Case(_segments, lambda xp, a: diffs.sum_segments(xp, a["diff"], a["starts"])),
+    "running_segments": Case(_segments, lambda xp, a: diffs.running_segments(
+        xp, a["diff"], a["starts"])),
     "sort_by": Case(_keys, lambda xp, a: sort_by(xp, [a["k0"], a["k1"]])),
     "group_starts": Case(_keys, lambda xp, a: group_starts(xp, _sorted_keys(xp, a))),
     "consolidate": Case(_keys, lambda xp, a: consolidate(xp, [a["k0"], a["k1"]], a["d"])),
@@ -167,6 +174,7 @@ CASES: dict[str, Case] = {
         xp, *_targets_ranges(xp, a), a["c"])),
     "lower_bound": Case(_csr_inputs, lambda xp, a: intersect.lower_bound(
         xp, *_targets_ranges(xp, a), a["c"])),
+    "equal_range": Case(_csr_inputs, lambda xp, a: _equal_range(xp, a)),
     "extend": Case(_csr_inputs, lambda xp, a: wcoj.extend(
         xp, [a["q"], a["c"]], [_ranges(xp, a)[0], csr.build_csr(xp, a["src"], a["dst"])])),
     "orient": Case(_graph, lambda xp, a: wcoj.orient(xp, a["src"], a["dst"])),

@@ -1,0 +1,169 @@
+"""Abelian reductions as running totals on the driver (executor/totals.py): sum over BIGINT,
+INT and DECIMAL columns with nulls and count, several of them over one arrangement, keyed and
+global, checked three ways (driver placement, Spark placement, reference interpreter) on
+random streams with negative diffs; groups that vanish, come back, cancel to zero or hold
+only nulls; steps that switch placement; and a step that reads only the totals it changes."""
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from conftest import examples, outputs_rows
+from executor import Runner
+from executor.reference import reference
+from plans import Dataflow
+
+S = "k STRING, g BIGINT, x BIGINT, p DECIMAL(10,2), y INT"
+HORIZON = 6
+SPARK_ONLY = {"diffspark.host.step_rows": "0"}
+
+
+def totals_flow() -> Dataflow:
+    """Sums and a count sharing the arrangement by k; a sum by two keys; a global sum and
+    count (the count's arrangement holds its totals alone); a sum beside a join."""
+    flow = Dataflow()
+    s = flow.input("s", S)
+    flow.output("sum_x", s.sum("x", by=["k"]))
+    flow.output("sum_p", s.sum("p", by=["k"]))
+    flow.output("count_k", s.count(by=["k"]))
+    flow.output("sum_y", s.sum("y", by=["k", "g"]))
+    flow.output("total", s.sum("p"))
+    flow.output("n", s.count())
+    by_g = s.arrange_by_key("g")
+    flow.output("sum_g", by_g.sum("x", by=["g"]))
+    flow.output("paired", by_g.join(s.map("g", "k AS k2"), on=["g"]).count(by=["g"]))
+    return flow
+
+
+def _maybe(s):
+    return st.one_of(st.none(), s)
+
+
+record = st.tuples(st.sampled_from(["a", "b", "é"]), st.integers(0, 2),
+                   _maybe(st.sampled_from([0, 1, -7, 2**40])),
+                   _maybe(st.sampled_from([Decimal("1.50"), Decimal("-2.25"), Decimal("0.00"),
+                                           Decimal("99999999.99")])),
+                   _maybe(st.sampled_from([3, -3, 2**31 - 1])))
+updates = st.lists(st.tuples(record, st.integers(0, HORIZON - 1), st.sampled_from([-2, -1, 1, 1, 2])),
+                   max_size=16)
+cuts = st.sets(st.integers(1, HORIZON - 1), max_size=3).map(lambda s: sorted(s) + [HORIZON])
+
+
+def _table(updates) -> pa.Table:
+    schema = StructType.fromDDL(f"{S}, time BIGINT, diff BIGINT")
+    arrow = to_arrow_schema(schema)
+    rows = [tuple(r) + (t, d) for r, t, d in updates]
+    cols = list(zip(*rows)) if rows else [[] for _ in schema.fields]
+    return pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(cols, arrow)],
+                                schema=arrow)
+
+
+def _three_ways(spark, conf, stream, cuts, driver_conf=None, on_driver=None):
+    """Step a driver runner and a Spark runner through `stream` in steps ending at `cuts`:
+    after each step both outputs equal the reference below the frontier. Returns which
+    steps ran on the driver."""
+    flow = totals_flow()
+    expected = reference(spark, flow.outputs, {"s": stream})
+    ours = Runner(flow, conf=conf | (driver_conf or {}), spark=spark)
+    theirs = Runner(flow, conf=conf | SPARK_ONLY, spark=spark)
+    lo, ran = 0, []
+    for upto in cuts:
+        feed = {"s": _table([u for u in stream if lo <= u[1] < upto])}
+        ran.append(ours.step(feed, upto=upto).host)
+        assert not theirs.step(feed, upto=upto).host
+        lo = upto
+        got, spark_got = (outputs_rows(r, list(flow.outputs)) for r in (ours, theirs))
+        for name in flow.outputs:
+            want = [(_as_json(r), t, d) for r, t, d in expected[name] if t < upto]
+            assert got[name] == want, (name, upto, "driver")
+            assert spark_got[name] == want, (name, upto, "spark")
+    return ran
+
+
+def _as_json(record: tuple) -> tuple:
+    """A record as outputs_rows reads it back: DECIMAL through JSON is a float (one per
+    decimal at the few digits used here, so nothing is lost to the comparison)."""
+    return tuple(float(v) if isinstance(v, Decimal) else v for v in record)
+
+
+@settings(max_examples=examples(3, 5), deadline=None, suppress_health_check=list(HealthCheck))
+@given(stream=updates, cuts=cuts)
+def test_sums_and_counts_as_totals_match_reference_and_spark(spark, conf, stream, cuts):
+    assert all(_three_ways(spark, conf, stream, cuts))
+
+
+def _u(t, d, k="a", g=0, x=1, p="1.00", y=1):
+    return ((k, g, x, None if p is None else Decimal(p), y), t, d)
+
+
+# What each step does to group "a" ("b" changes now and then, its totals carrying on).
+STORY = [
+    [_u(0, 1), _u(0, 2, x=5, p="2.50"), _u(0, 1, k="b", x=3)],  # appears
+    [_u(1, -1), _u(1, -2, x=5, p="2.50")],  # vanishes
+    [_u(2, 1, x=4, p="4.00", y=2)],  # comes back
+    [_u(3, 1, x=6, p="0.25", g=1), _u(3, -1, x=2, p="0.75", g=1)],  # a record at -1
+    # multiplicities 1, -1 and a null's 1: weight 0, yet the sum is 6 - 2
+    [_u(4, -1, x=4, p="4.00", y=2), _u(4, 1, x=None, p=None, y=None)],
+    [_u(5, 1, x=-9, p="-9.00"), _u(5, 1, k="b", x=1)],  # weight 1 again
+    # only the null left: a NULL sum, count 1
+    [_u(6, -1, x=6, p="0.25", g=1), _u(6, 1, x=2, p="0.75", g=1), _u(6, -1, x=-9, p="-9.00")],
+]
+
+
+def test_groups_that_vanish_cancel_or_hold_nulls(spark, conf):
+    """A hand-made stream through every case the totals cannot decide alone (a group that
+    appears, vanishes, comes back, keeps records whose multiplicities cancel, holds only
+    nulls), on the driver, and again loaded on Spark, stepped on the driver (mirrors and
+    totals rebuilt from Spark's batches) and back on Spark."""
+    stream = [u for step in STORY for u in step]
+    cuts = list(range(1, len(STORY) + 1))
+    assert all(_three_ways(spark, conf, stream, cuts))
+    switching = {"diffspark.host.step_rows": "2"}  # steps of 3 rows run on Spark
+    ran = _three_ways(spark, conf, stream, cuts, switching)
+    assert ran == [False, True, True, True, True, True, False]
+
+
+def test_a_step_reads_the_totals_it_changes_not_the_groups(spark, conf, monkeypatch):
+    """After a load of 4,000 records in two groups, a step of two changes reads a few rows
+    of the mirrors (the totals of the keys it touches), not the groups."""
+    from executor import mirror
+
+    flow = Dataflow()
+    s = flow.input("s", S)
+    flow.output("sum_p", s.sum("p", by=["k"]))
+    flow.output("sum_x", s.sum("x", by=["k"]))
+    flow.output("count", s.count(by=["k"]))
+    runner = Runner(flow, conf=conf, spark=spark)
+    load = [_u(0, 1, k="ab"[i % 2], g=i, x=i, p=f"{i}.00") for i in range(4000)]
+    assert runner.step({"s": _table(load)}, upto=1).host
+    read = []
+    for name in ("rows", "all"):
+        real = getattr(mirror.Mirror, name)
+        monkeypatch.setattr(mirror.Mirror, name, lambda self, *a, real=real: (
+            lambda run: read.append(run.size) or run)(real(self, *a)))
+    step = [_u(1, -1, g=2, x=2, p="2.00"), _u(1, 1, k="b", g=9999, x=7, p="7.00")]
+    result = runner.step({"s": _table(step)}, upto=2)
+    assert result.host and 0 < sum(read) <= 20, read
+    assert sorted(result.arrow("count").to_pylist(), key=str) == sorted([
+        {"k": "a", "count": 2000, "time": 1, "diff": -1},
+        {"k": "a", "count": 1999, "time": 1, "diff": 1},
+        {"k": "b", "count": 2000, "time": 1, "diff": -1},
+        {"k": "b", "count": 2001, "time": 1, "diff": 1}], key=str)
+
+
+def test_a_bigint_sum_that_could_overflow_steps_on_spark(spark, conf):
+    """A BIGINT sum whose terms add up past 2**62 in absolute value (Spark, with ANSI on,
+    may report an overflow whatever the net sum): its step runs on Spark, as before."""
+    flow = Dataflow()
+    flow.output("s", flow.input("s", S).sum("x", by=["k"]))
+    runner = Runner(flow, conf=conf, spark=spark)
+    assert runner.step({"s": _table([_u(0, 1, x=2**61)])}, upto=1).host
+    big = runner.step({"s": _table([_u(1, 1, x=2**61, g=1), _u(1, 1, x=-2**61, g=2)])}, upto=2)
+    assert not big.host
+    assert outputs_rows(runner, ["s"])["s"] == [(("a", 2**61), 0, 1)]

@@ -11,16 +11,21 @@ arrays, else as Spark expressions over the local rows. Arrangements, joins, the 
 (executor/reduce_host.py) and conjunctive queries run against host mirrors of the traces
 (executor/mirror.py). Outputs come back as Arrow.
 
+Updates that stages move to times at or after `upto` are held (DESIGN.md section 4): an
+output's, a reduction's and a query's relation's, each as one Arrow table (or, after a step
+on Spark, a Spark frame: executor/spine.py `as_frame` and `as_table` let either placement
+read the other's), released when the frontier passes them.
+
 Spark stays the reference and the state: traces receive the host's updates when Spark next
 reads them. A step runs on Spark instead when it is big, when the plan holds another operator
-(iterate, imports), when updates wait for later times, under durable state, or when a value
-has no code (`Unsupported`, raised before anything is committed). Tests run every operator
-both ways.
+(iterate, imports), under durable state, or when a value has no code (`Unsupported`, raised
+before anything is committed). Tests run every operator both ways.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from itertools import groupby
 from typing import Optional
 
 import numpy as np
@@ -34,11 +39,12 @@ from gpu_kernels import (consolidate, group_starts, multiply_diffs, namespace, n
 from plans import ir
 from plans import query as cq
 
-from . import delta_rules, expressions, join, linear, reduce_host
+from . import delta_rules, expressions, join, kernels, linear, reduce_host
 from .config import host_mirror_rows, host_step_rows
 from .encoding import NULL_CODE, NoCode, fits
 from .mirror import Mirror, run_of
-from .time import DIFF, TIME
+from .spine import as_table
+from .time import DIFF, INFINITY, TIME
 from .trace import Trace
 from .updates import CsvSource, normalise, read_source
 
@@ -53,7 +59,7 @@ class Unsupported(Exception):
 
 def supports(runner) -> bool:
     """Whether the runner's plan can ever step on the host."""
-    if host_step_rows(runner.conf) == 0 or runner._late:
+    if host_step_rows(runner.conf) == 0:
         return False
     return all(isinstance(node, _HOSTED) for node in ir.topological(runner.plan.values()))
 
@@ -83,12 +89,13 @@ class Changes:
         times = [pa.array(to_numpy(xp, a)) for a in (self.t, self.d)]
         return pa.Table.from_arrays(records + times, schema=arrow)
 
-    def frame(self, spark, xp, encoder) -> DataFrame:
-        return spark.createDataFrame(self.table(xp, encoder))
-
     @property
     def size(self) -> int:
         return int(self.t.shape[0])
+
+    def take(self, xp, rows) -> "Changes":
+        return Changes(self.schema, [xp.take(c, rows) for c in self.cols], xp.take(self.t, rows),
+                       xp.take(self.d, rows))
 
 
 def _updates_schema(records: list[StructField]) -> StructType:
@@ -111,8 +118,8 @@ class HostStep:
     """One step's operators on the host: each node's changes (memo), the arrangements'
     views and the traces to commit."""
 
-    def __init__(self, runner, sources: dict[str, DataFrame], upto: int):
-        self.runner, self.sources, self.upto = runner, sources, upto
+    def __init__(self, runner, sources: dict[str, DataFrame], upto: int, held: dict):
+        self.runner, self.sources, self.upto, self.held = runner, sources, upto, held
         self.lower = runner.frontier
         self.xp = namespace(runner.backend)
         self.encoder = runner.encoder
@@ -120,32 +127,18 @@ class HostStep:
         self.memo: dict = {}
         self.views: dict = {}
         self.commits: dict = {}
+        self.pending: dict = {}  # as `held`, after the step (None: nothing waits)
 
     # ------------------------------------------------------------------ values
-    def frame(self, node: ir.Node) -> DataFrame:
-        value = self.value(node)
-        return value if isinstance(value, DataFrame) else \
-            value.frame(self.spark, self.xp, self.encoder)
-
     def changes(self, node: ir.Node) -> Changes:
         value = self.value(node)
         if isinstance(value, DataFrame):  # collected once, however many operators read it
-            value = self.memo[node] = self._collect(value)
+            value = self.memo[node] = self._encoded(_rows(value), value.schema)
         return value
-
-    def _collect(self, df: DataFrame) -> Changes:
-        """The rows of a local frame (no job when Catalyst folds it into the local rows),
-        encoded."""
-        rows = df.collect()
-        columns = list(zip(*rows)) if rows else [()] * len(df.columns)
-        arrow = to_arrow_schema(df.schema)
-        return self._encoded(pa.Table.from_arrays(
-            [pa.array(list(c), type=f.type) for c, f in zip(columns, arrow)], schema=arrow),
-            df.schema)
 
     def _encoded(self, table: pa.Table, schema: StructType) -> Changes:
         """Updates as Arrow (records, time, diff; columns by position) as Changes with
-        Spark `schema`; updates at or after upto wait on Spark (not on the driver yet)."""
+        Spark `schema`."""
         try:
             codes = [self.encoder.encode(table.column(i), f.dataType)
                      for i, f in enumerate(schema.fields[:-2])]
@@ -154,9 +147,19 @@ class HostStep:
         xp = self.xp
         n = table.num_columns
         t, d = (xp.asarray(table.column(i).to_numpy().astype(np.int64)) for i in (n - 2, n - 1))
-        if t.shape[0] and int(xp.max(t)) >= self.upto:
-            raise Unsupported("updates at or after upto")
         return Changes(schema, [xp.asarray(c) for c in codes], t, d)
+
+    def _due(self, key, changes: Changes) -> Changes:
+        """`changes` with the updates held under `key`: those before upto, returned, and the
+        rest, held again (self.pending) until the frontier passes them."""
+        xp = self.xp
+        before = self.held.get(key)
+        if before is not None:
+            changes = self._concat([self._encoded(before, changes.schema), changes])
+        later = changes.t >= self.upto
+        self.pending[key] = self._consolidated(changes.take(xp, xp.nonzero(later)[0])).table(
+            xp, self.encoder) if bool(xp.any(later)) else None
+        return changes.take(xp, xp.nonzero(xp.logical_not(later))[0])
 
     def value(self, node: ir.Node):
         if node not in self.memo:
@@ -193,20 +196,42 @@ class HostStep:
         return lambda: changes.table(xp, encoder)
 
     def _linear(self, node: ir.Linear):
-        """A fused chain on Arrow (executor/expressions.py) where it compiles and Spark's
-        answer is reproduced; otherwise Spark's expressions over the local rows (Catalyst on
-        the driver, no job). Kernel stages may set times, so their plans stay on Spark
-        (executor/lateness.py)."""
-        source = self.value(node.input)
-        if not isinstance(source, DataFrame):
-            table = source.table(self.xp, self.encoder)
+        """A fused chain, run by run: expression stages on Arrow (executor/expressions.py)
+        where they compile and Spark's answer is reproduced, otherwise Spark's expressions
+        over the local rows (Catalyst on the driver); kernel stages on the arrays
+        (executor/kernels.py). Stages that set times join them with the update's, as on
+        Spark; what lands at or after upto is held by the operators downstream."""
+        value = self.changes(node.input)
+        for is_kernel, run in groupby(node.stages, key=lambda s: isinstance(s, ir.Kernel)):
+            run, table = tuple(run), self._table(value)
+            if is_kernel:
+                value = self._kernels(table, run)
+                continue
             try:
-                out = expressions.compile_stages(node.stages, table.schema)(table)
+                value = expressions.compile_stages(run, table.schema)(table)
             except (expressions.NotCompiled, expressions.Fallback):
-                pass
-            else:
-                return self._encoded(out, self.runner.node_schemas[node])
-        return linear.apply(self.frame(node.input), node.stages, [TIME], self.runner.backend)
+                value = linear.apply(self.spark.createDataFrame(table), run, [TIME],
+                                     self.runner.backend)
+        return self._encoded(value, self.runner.node_schemas[node]) \
+            if isinstance(value, pa.Table) else value
+
+    def _kernels(self, table: pa.Table, run: tuple) -> pa.Table:
+        """A run of kernel stages over the step's updates in one call, as on a Spark
+        partition; a column no kernel takes (a null, a string) goes to Spark, which reports
+        it."""
+        schema = kernels.arrow_output_schema(run[-1], [TIME])
+        try:
+            out = [kernels.run_batch(self.xp, b, run, [TIME], schema)
+                   for b in table.combine_chunks().to_batches() if b.num_rows]
+        except TypeError as e:
+            raise Unsupported(str(e)) from None
+        return pa.Table.from_batches(out, schema=schema)
+
+    def _table(self, value) -> pa.Table:
+        """A chain's updates as decoded Arrow: Changes, Arrow, or a local frame's rows."""
+        if isinstance(value, Changes):
+            return value.table(self.xp, self.encoder)
+        return value if isinstance(value, pa.Table) else _rows(value)
 
     def empty(self, schema: StructType) -> Changes:
         none = self.xp.zeros(0, dtype=self.xp.int64)
@@ -260,23 +285,27 @@ class HostStep:
         """count and distinct by running sums: a key's total before the step (its old
         updates, summed) then after each of the step's times; the differences are emitted,
         exactly as executor/reduce.py `_running` does in Spark SQL. The other reductions
-        re-evaluate the touched keys (executor/reduce_host.py)."""
+        re-evaluate the touched keys (executor/reduce_host.py). Only updates before upto
+        are reduced; the rest wait (`_due`), though the trace already holds them."""
         xp = self.xp
         arranged = node.input
         self.value(arranged)
         view = self.views[arranged]
+        ready = self._due(node, view.batch)
         if node.reduction.kind not in ("count", "distinct") or (
                 node.reduction.kind == "distinct" and list(view.trace.keys) != view.batch.names):
-            return self._consolidated(reduce_host.delta(self, node, view))
-        old, batch = view.old, view.batch
+            return self._consolidated(reduce_host.delta(self, node, view, ready))
+        old, batch = view.old, ready
         keys = list(arranged.keys) if arranged.keys is not None else batch.names
         fields = {f.name: f for f in batch.schema.fields}
         key_cols = [batch.col(k) for k in keys]
         held = old.rows(key_cols)
-        held_keys = [held.cols[old.columns.index(k)] for k in keys]
-        base = xp.full_like(held.t, self.lower - 1)
+        done = xp.nonzero(held.t < self.lower)[0]  # later ones are in `ready` or still wait
+        held_keys = [xp.take(held.cols[old.columns.index(k)], done) for k in keys]
+        base = xp.full(done.shape, self.lower - 1, dtype=xp.int64)
         rows, m = consolidate(xp, [xp.concat([a, b]) for a, b in zip(key_cols, held_keys)]
-                              + [xp.concat([batch.t, base])], xp.concat([batch.d, held.d]))
+                              + [xp.concat([batch.t, base])],
+                              xp.concat([batch.d, xp.take(held.d, done)]))
         kc, t = rows[:-1], rows[-1]
         now = _segment_running_sum(xp, kc, m)
         prev = now - m
@@ -320,8 +349,9 @@ class HostStep:
         on = list(node.on)
         fields = {f.name: f for f in right.batch.schema.fields[:-2]}
         fields |= {f.name: f for f in left.batch.schema.fields[:-2]}
-        parts = [self._pairs(on, _rows(left.batch), _found(right.read, left.batch, on), lrec, out),
-                 self._pairs(on, _found(left.old, right.batch, on), _rows(right.batch), lrec,
+        parts = [self._pairs(on, _columns(left.batch), _found(right.read, left.batch, on), lrec,
+                             out),
+                 self._pairs(on, _found(left.old, right.batch, on), _columns(right.batch), lrec,
                              out)]
         schema = _updates_schema([fields[c] for c in out])
         return self._concat([Changes(schema, *p) for p in parts])
@@ -354,7 +384,8 @@ class HostStep:
         """The query's delta rules (executor/delta_rules.py) over the step's seeds, looking
         index rows up in the mirrors of the arrangements the extenders read."""
         xp = self.xp
-        inputs = {r: self.changes(i) for r, i in zip(node.relations, node.inputs)}
+        inputs = {r: self._due((node, r), self.changes(i))
+                  for r, i in zip(node.relations, node.inputs)}
         for c in inputs.values():  # constants and comparisons are on the values themselves
             if not all(f.dataType.typeName() in _INTEGRAL for f in c.schema.fields) or any(
                     bool(xp.any(col == NULL_CODE)) for col in c.cols):
@@ -396,11 +427,22 @@ class HostStep:
 
     # ------------------------------------------------------------------ the step
     def outputs(self) -> dict[str, Changes]:
-        return {name: self._consolidated(self.changes(node))
+        """Each output's changes before upto (the rest held)."""
+        return {name: self._consolidated(self._due(name, self.changes(node)))
                 for name, node in self.runner.plan.items()}
 
 
-def _rows(c: Changes) -> tuple:
+def _rows(df: DataFrame) -> pa.Table:
+    """The rows of a local frame as Arrow (no job when Catalyst folds it into the local
+    rows)."""
+    rows = df.collect()
+    columns = list(zip(*rows)) if rows else [()] * len(df.columns)
+    arrow = to_arrow_schema(df.schema)
+    return pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(columns, arrow)],
+                                schema=arrow)
+
+
+def _columns(c: Changes) -> tuple:
     """A batch as ({column: array}, time, diff)."""
     return dict(zip(c.names, c.cols)), c.t, c.d
 
@@ -420,14 +462,14 @@ def _segment_running_sum(xp, keys: list, m):
     return total[1:] - xp.take(xp.take(total, starts), group)
 
 
-def step(runner, updates: dict, upto: Optional[int]) -> Optional[tuple[dict, dict]]:
-    """(each output's changes as Arrow tables, the traces to commit), or None when the
-    step must run on Spark. Input errors raise InputError before anything changes."""
-    if upto is None or runner._store is not None:
+def step(runner, updates: dict, upto: Optional[int]
+         ) -> Optional[tuple[dict, dict, dict]]:
+    """(each output's changes as Arrow tables, each output's held updates, the state to
+    commit: traces, reductions' and queries' held updates), or None when the step must run
+    on Spark. upto None (close) releases everything held. Input errors raise InputError
+    before anything changes."""
+    if runner._store is not None:
         return None
-    if any(p is not None for p in runner._pending.values()) or any(
-            not isinstance(s, Trace) and s is not None for s in runner._state.values()):
-        return None  # held-back updates wait in Spark frames
     limit = host_step_rows(runner.conf)
     if any(isinstance(s, (str, os.PathLike, CsvSource)) for s in updates.values()):
         return None  # files are read by Spark
@@ -445,14 +487,35 @@ def step(runner, updates: dict, upto: Optional[int]) -> Optional[tuple[dict, dic
         if rows is None:
             return None
         sources[name] = normalise(name, rows, schema, runner.frontier, upto, local=True)
-    host = HostStep(runner, sources, upto)
+    held = _held(runner)
+    if held is None:
+        return None
+    host = HostStep(runner, sources, INFINITY if upto is None else upto, held)
     try:
         outs = host.outputs()
     except Unsupported:
         return None
-    tables = {name: c.table(host.xp, host.encoder).cast(to_arrow_schema(runner.schemas[name]))
-              for name, c in outs.items()}
-    return tables, host.commits
+    arrow = {name: to_arrow_schema(runner.schemas[name]) for name in outs}
+    tables = {name: c.table(host.xp, host.encoder).cast(arrow[name]) for name, c in outs.items()}
+    pending = {name: None if host.pending[name] is None else host.pending[name].cast(arrow[name])
+               for name in outs}
+    state = {key: table for key, table in host.pending.items() if key not in outs}
+    return tables, pending, host.commits | state
+
+
+def _held(runner) -> Optional[dict]:
+    """The updates held for later times (outputs', reductions', queries') as Arrow; a
+    Spark step's frames are read once (a job each), None when one holds more than the
+    driver's state may (diffspark.host.mirror_rows)."""
+    limit = host_mirror_rows(runner.conf)
+    held = {}
+    for key, value in [*runner._pending.items(), *runner._state.items()]:
+        if value is None or isinstance(value, Trace):
+            continue
+        held[key] = as_table(value, limit)
+        if held[key] is None:
+            return None
+    return held
 
 
 def _ready(table: pa.Table, schema: StructType, frontier: int, upto: int) -> Optional[pa.Table]:

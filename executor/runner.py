@@ -104,7 +104,8 @@ class Runner:
         self._counted = counted(self.plan)  # arrangements counts keep as totals (running.py)
         self._late = late(self.plan)  # what may change at or after upto (lateness.py)
         self._hosted = host.supports(self)  # small steps may run on the driver (host.py)
-        # Arrange -> Trace; Reduce, (Query, relation) -> updates waiting for their time
+        # Arrange -> Trace; Reduce, (Query, relation) -> updates waiting for their time (a
+        # Spark frame, or Arrow after a driver step: either placement reads both)
         self._state: dict[object, object] = {}
         self.rounds: dict[str, list[float]] = {}  # iterate -> seconds of each round, last step
         self.frontier = 0
@@ -117,7 +118,7 @@ class Runner:
         self.frontier = 0
         self.steps = 0
         self.closed = False
-        self._pending: dict[str, Optional[DataFrame]] = {n: None for n in self.plan}
+        self._pending: dict[str, object] = {n: None for n in self.plan}  # as _state's waiting
         self._logs: dict[str, Spine] = {n: output_log() for n in self.plan}
         # durability (executor/state.py): commit each step to `state`, resume from it
         self._store = None
@@ -205,7 +206,7 @@ class Runner:
                                         step.scope.round, step.time_cols,
                                         kids[0].limit(0), self.backend)
         if isinstance(node, ir.Reduce):
-            out, pending = reduce_ops.delta(node, step.views[node.input], step.state.get(node),
+            out, pending = reduce_ops.delta(node, step.views[node.input], _held(step.state, node),
                                             step.lower, step.upto, step.time_cols,
                                             kids[0].limit(0), self.backend)
             if not step.resolving:  # materialised with the step's outputs
@@ -221,7 +222,7 @@ class Runner:
                 self._build(arranged, step)
                 return step.views[arranged]
 
-            waiting = {r: step.state.get((node, r)) for r in node.relations}
+            waiting = {r: _held(step.state, (node, r)) for r in node.relations}
             local = None if step.resolving or node in step.empty else \
                 (self.backend, local_query_rows(self.conf))
             out, waiting = wcoj.delta(node, kids, index, waiting, step.upto, local)
@@ -302,11 +303,11 @@ class Runner:
         if replay is None and self._hosted:
             done = self._host_step(updates, upto)
             if done is not None:
-                tables, commits = done
+                tables, pending, commits = done
                 logs = {n: self._logs[n].appended(t) if t.num_rows else self._logs[n]
                         for n, t in tables.items()}
-                return self._advance(Frames(tables), {n: None for n in self.plan}, logs,
-                                     commits, [], upto, started, host=True)
+                return self._advance(Frames(tables), pending, logs, commits, [], upto, started,
+                                     host=True)
         frames = {name: read_source(self.spark, name, src, self.input_schemas[name])
                   for name, src in updates.items()}
         sources, digests = dict(self._empty), {}
@@ -370,7 +371,7 @@ class Runner:
         built, idle = {}, set()
         for name, delta in self._build_all(step).items():
             if self._pending[name] is not None:
-                delta = self._pending[name].unionByName(delta)
+                delta = as_frame(self._pending[name]).unionByName(delta)
             elif self.plan[name] in step.empty:
                 built[name] = delta  # known to be empty: no job, nothing logged
                 idle.add(name)
@@ -500,6 +501,13 @@ class TraceHandle:
         trace = self.runner._state.get(self.node)
         if trace is not None:
             trace.holds.pop(id(self), None)
+
+
+def _held(state: dict, key) -> Optional[DataFrame]:
+    """A reduction's or query relation's updates held for later times, as a Spark frame
+    (a driver step holds them as Arrow)."""
+    held = state.get(key)
+    return None if held is None else as_frame(held)
 
 
 def _short(node: ir.Node) -> str:

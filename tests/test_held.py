@@ -94,10 +94,14 @@ def test_held_updates_three_ways(spark, conf, updates, cuts, data):
     _check(flow, runners, expected, None)
 
 
-def test_a_temporal_filter_holds_on_the_driver(spark, conf):
+def test_a_temporal_filter_holds_across_placements(spark, conf):
     """A fixed stream: upper <= lower (never present), null lower, null upper (never
-    retracted), a retraction of a held record, a bound before the step; each step and close
-    on the driver, equal to the reference, with the held updates as Arrow between steps."""
+    retracted), a retraction of a held record, a bound before the step. Steps on the
+    driver, on Spark, on the driver again, and close on the driver: equal to the reference
+    each time, the held updates Arrow after a driver step and a Spark frame after a Spark
+    step."""
+    from pyspark.sql import DataFrame
+
     flow = Dataflow()
     live = flow.input("ev", EV).temporal_filter(lower="lo", upper="hi")
     flow.output("live", live)
@@ -105,19 +109,22 @@ def test_a_temporal_filter_holds_on_the_driver(spark, conf):
     flow.output("present", live.map("a").distinct())
     flow.output("total", live.sum("b", by=["a"]))
     ups = [((1, 1, 3, 6), 0, 1), ((2, 1, 5, 5), 0, 1), ((3, 2, None, 4), 1, 2),
-           ((4, 1, 2, None), 1, 1), ((1, 1, 3, 6), 2, -1), ((5, 1, -1, 1), 3, 1)]
+           ((4, 1, 2, None), 1, 1), ((1, 1, 3, 6), 2, -1), ((5, 1, -1, 1), 3, 1),
+           ((6, 3, 4, 9), 4, 1)]
     expected = reference(spark, flow.outputs, {"ev": ups})
     runner = Runner(flow, conf=conf, spark=spark)
     lo = 0
-    for upto in (1, 2, 4):
+    for upto, on_driver in ((1, True), (2, False), (4, True), (5, True)):
         feed = {"ev": updates_df(spark, EV, [u for u in ups if lo <= u[1] < upto])}
-        assert runner.step(feed, upto=upto).host
+        runner._hosted = on_driver
+        assert runner.step(feed, upto=upto).host == on_driver
         held = runner._pending["live"]
-        assert isinstance(held, pa.Table) and held.num_rows
-        assert min(held["time"].to_pylist()) >= upto
+        assert isinstance(held, pa.Table if on_driver else DataFrame)
+        times = (held if on_driver else held.toArrow())["time"].to_pylist()
+        assert times and min(times) >= upto
         lo = upto
-        _check(flow, {"driver": runner}, expected, upto)
+        _check(flow, {"runner": runner}, expected, upto)
     assert runner.close().host
     assert runner._pending["live"] is None and all(
         v is None for v in runner._state.values() if not isinstance(v, Trace))
-    _check(flow, {"driver": runner}, expected, None)
+    _check(flow, {"runner": runner}, expected, None)

@@ -118,7 +118,7 @@ def report(payload: dict) -> str:
     return common.markdown_table(
         ["part", "Spark jobs per step", "seconds per step", "on the driver"],
         [[part, ", ".join(str(s["jobs"]) for s in payload[part]["steps"]),
-          ", ".join(f"{s['seconds']:.2f}" for s in payload[part]["steps"]),
+          ", ".join(f"{s['seconds']:.3f}" for s in payload[part]["steps"]),
           ", ".join({True: "yes", False: "no"}.get(s.get("host"), "?")
                     for s in payload[part]["steps"])]
          for part in parts])

@@ -116,7 +116,7 @@ class _View:
 
 class HostStep:
     """One step's operators on the host: each node's changes (memo), the arrangements'
-    views and the traces to commit."""
+    views, the traces to commit and the updates held for later times (before and after)."""
 
     def __init__(self, runner, sources: dict[str, DataFrame], upto: int, held: dict):
         self.runner, self.sources, self.upto, self.held = runner, sources, upto, held

@@ -2,9 +2,10 @@
 a small step's latency is mostly its job count (DESIGN.md section 11).
 
 The triangle dataflow over an R-MAT graph loaded at time 0, then batches of changes (half
-deletions, as Arrow tables), and a keyed count, each with small steps on the driver
-(executor/host.py) and with every step on Spark; per step: the number of Spark jobs (from
-the status tracker), the seconds and the path; for the last step, each job's call site.
+deletions, as Arrow tables), a keyed count, and a temporal filter fed 3 rows a step (its
+updates held for later times), each with small steps on the driver (executor/host.py) and
+with every step on Spark; per step: the number of Spark jobs (from the status tracker), the
+seconds and the path; for the last step, each job's call site.
 
     PYTHONPATH=. .venv/bin/python benchmarks/step_jobs.py --rows 5000 --batches 4
 """
@@ -45,6 +46,12 @@ def batches(rows: int, count: int, size: int, seed: int) -> list[list[tuple]]:
     return out
 
 
+def windows(count: int) -> list[list[tuple]]:
+    """3 rows a step: records present from `src` to `dst` (one retracted), so each step
+    emits some updates and holds others for later steps."""
+    return [[(t, t + 2, t, 1), (t + 1, t + 5, t, 1), (t, t + 3, t, -1)] for t in range(count + 1)]
+
+
 def run(spark, conf, flow, name: str, feeds: list[list[tuple]]) -> dict:
     """Jobs and seconds of each step; the last step's jobs by call site."""
     from executor.runner import Runner
@@ -81,14 +88,20 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
     feeds = batches(args.rows, args.batches, args.batch_size, args.seed)
     counting = Dataflow()
     counting.output("per_src", counting.input("e", "src BIGINT, dst BIGINT").count(by=["src"]))
+    window = Dataflow()
+    window.output("live", window.input("e", "src BIGINT, dst BIGINT").temporal_filter(
+        lower="src", upper="dst"))
     payload = common.header("step_jobs", argv, spark, conf)
     spark_only = conf | {"diffspark.host.step_rows": "0"}
-    parts = {"triangles": (conf, triangle_flow(), NAME), "count": (conf, counting, "e"),
-             "triangles on spark": (spark_only, triangle_flow(), NAME),
-             "count on spark": (spark_only, counting, "e")}
+    parts = {"triangles": (conf, triangle_flow(), NAME, feeds),
+             "count": (conf, counting, "e", feeds),
+             "temporal filter": (conf, window, "e", windows(args.batches)),
+             "triangles on spark": (spark_only, triangle_flow(), NAME, feeds),
+             "count on spark": (spark_only, counting, "e", feeds),
+             "temporal filter on spark": (spark_only, window, "e", windows(args.batches))}
     try:
-        for part, (c, flow, name) in parts.items():
-            payload[part] = run(spark, c, flow, name, feeds)
+        for part, (c, flow, name, steps) in parts.items():
+            payload[part] = run(spark, c, flow, name, steps)
     finally:
         if own_session:
             spark.stop()
@@ -100,12 +113,12 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
 def report(payload: dict) -> str:
     """Spark jobs and seconds per step of each part (the first step is the load), from the
     saved JSON."""
-    parts = [k for k in ("triangles", "count", "triangles on spark", "count on spark")
-             if k in payload]
+    parts = [k for k in ("triangles", "count", "temporal filter", "triangles on spark",
+                         "count on spark", "temporal filter on spark") if k in payload]
     return common.markdown_table(
         ["part", "Spark jobs per step", "seconds per step", "on the driver"],
         [[part, ", ".join(str(s["jobs"]) for s in payload[part]["steps"]),
-          ", ".join(f"{s['seconds']:.2f}" for s in payload[part]["steps"]),
+          ", ".join(f"{s['seconds']:.3f}" for s in payload[part]["steps"]),
           ", ".join({True: "yes", False: "no"}.get(s.get("host"), "?")
                     for s in payload[part]["steps"])]
          for part in parts])

@@ -13,15 +13,21 @@ arrays, else as Spark expressions over the local rows. Arrangements, joins, the 
 kept as on Spark). Outputs come back as Arrow. Under durable state the step's new frames are
 committed as Arrow tables (executor/state.py), with no Spark job.
 
+Updates that stages move to times at or after `upto` are held (DESIGN.md section 4): an
+output's, a reduction's and a query's relation's, each as one Arrow table (or, after a step
+on Spark, a Spark frame: executor/spine.py `as_frame` and `as_table` let either placement
+read the other's), released when the frontier passes them.
+
 Spark stays the reference and the state: traces receive the host's updates when Spark next
 reads them. A step runs on Spark instead when it is big, when the plan holds another operator
-(iterate), when updates wait for later times, or when a value has no code (`Unsupported`,
-raised before anything is committed). Tests run every operator both ways.
+(iterate), or when a value has no code (`Unsupported`, raised before anything is
+committed). Tests run every operator both ways.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from itertools import groupby
 from typing import Optional
 
 import numpy as np
@@ -35,12 +41,13 @@ from plans import ir
 from plans import query as cq
 from plans.ir import PlanError
 
-from . import delta_rules, expressions, join, linear, reduce_host, totals
+from . import delta_rules, expressions, join, kernels, linear, reduce_host, totals
 from .config import host_mirror_rows, host_step_rows
 from .encoding import NULL_CODE, NoCode, fits
 from .mirror import Mirror, run_of
+from .spine import as_table
 from .state import arrow_digest
-from .time import DIFF, TIME
+from .time import DIFF, INFINITY, TIME
 from .trace import Trace
 from .updates import CsvSource, normalise, read_source
 
@@ -55,7 +62,7 @@ class Unsupported(Exception):
 
 def supports(runner) -> bool:
     """Whether the runner's plan can ever step on the host."""
-    if host_step_rows(runner.conf) == 0 or runner._late:
+    if host_step_rows(runner.conf) == 0:
         return False
     return all(isinstance(node, _HOSTED) for node in ir.topological(runner.plan.values()))
 
@@ -85,12 +92,13 @@ class Changes:
         times = [pa.array(to_numpy(xp, a)) for a in (self.t, self.d)]
         return pa.Table.from_arrays(records + times, schema=arrow)
 
-    def frame(self, spark, xp, encoder) -> DataFrame:
-        return spark.createDataFrame(self.table(xp, encoder))
-
     @property
     def size(self) -> int:
         return int(self.t.shape[0])
+
+    def take(self, xp, rows) -> "Changes":
+        return Changes(self.schema, [xp.take(c, rows) for c in self.cols], xp.take(self.t, rows),
+                       xp.take(self.d, rows))
 
 
 def _updates_schema(records: list[StructField]) -> StructType:
@@ -111,10 +119,10 @@ class _View:
 
 class HostStep:
     """One step's operators on the host: each node's changes (memo), the arrangements'
-    views and the traces to commit."""
+    views, the traces to commit and the updates held for later times (before and after)."""
 
-    def __init__(self, runner, sources: dict[str, DataFrame], upto: int):
-        self.runner, self.sources, self.upto = runner, sources, upto
+    def __init__(self, runner, sources: dict[str, DataFrame], upto: int, held: dict):
+        self.runner, self.sources, self.upto, self.held = runner, sources, upto, held
         self.lower = runner.frontier
         self.xp = namespace(runner.backend)
         self.encoder = runner.encoder
@@ -123,25 +131,18 @@ class HostStep:
         self.views: dict = {}
         self.commits: dict = {}
         self.holds: list = []  # (TraceHandle, since) per import read (Runner._advance)
+        self.pending: dict = {}  # as `held`, after the step (None: nothing waits)
 
     # ------------------------------------------------------------------ values
-    def frame(self, node: ir.Node) -> DataFrame:
-        value = self.value(node)
-        return value if isinstance(value, DataFrame) else \
-            value.frame(self.spark, self.xp, self.encoder)
-
     def changes(self, node: ir.Node) -> Changes:
         value = self.value(node)
         if isinstance(value, DataFrame):  # collected once, however many operators read it
-            value = self.memo[node] = self._collect(value)
+            value = self.memo[node] = self._encoded(_rows(value), value.schema)
         return value
-
-    def _collect(self, df: DataFrame) -> Changes:
-        return self._encoded(_local_table(df), df.schema)
 
     def _encoded(self, table: pa.Table, schema: StructType) -> Changes:
         """Updates as Arrow (records, time, diff; columns by position) as Changes with
-        Spark `schema`; updates at or after upto wait on Spark (not on the driver yet)."""
+        Spark `schema`."""
         try:
             codes = [self.encoder.encode(table.column(i), f.dataType)
                      for i, f in enumerate(schema.fields[:-2])]
@@ -150,9 +151,19 @@ class HostStep:
         xp = self.xp
         n = table.num_columns
         t, d = (xp.asarray(table.column(i).to_numpy().astype(np.int64)) for i in (n - 2, n - 1))
-        if t.shape[0] and int(xp.max(t)) >= self.upto:
-            raise Unsupported("updates at or after upto")
         return Changes(schema, [xp.asarray(c) for c in codes], t, d)
+
+    def _due(self, key, changes: Changes) -> Changes:
+        """`changes` with the updates held under `key`: those before upto, returned, and the
+        rest, held again (self.pending) until the frontier passes them."""
+        xp = self.xp
+        before = self.held.get(key)
+        if before is not None:
+            changes = self._concat([self._encoded(before, changes.schema), changes])
+        later = changes.t >= self.upto
+        self.pending[key] = self._consolidated(changes.take(xp, xp.nonzero(later)[0])).table(
+            xp, self.encoder) if bool(xp.any(later)) else None
+        return changes.take(xp, xp.nonzero(xp.logical_not(later))[0])
 
     def value(self, node: ir.Node):
         if node not in self.memo:
@@ -185,20 +196,42 @@ class HostStep:
         raise Unsupported(node.label())
 
     def _linear(self, node: ir.Linear):
-        """A fused chain on Arrow (executor/expressions.py) where it compiles and Spark's
-        answer is reproduced; otherwise Spark's expressions over the local rows (Catalyst on
-        the driver, no job). Kernel stages may set times, so their plans stay on Spark
-        (executor/lateness.py)."""
-        source = self.value(node.input)
-        if not isinstance(source, DataFrame):
-            table = source.table(self.xp, self.encoder)
+        """A fused chain, run by run: expression stages on Arrow (executor/expressions.py)
+        where they compile and Spark's answer is reproduced, otherwise Spark's expressions
+        over the local rows (Catalyst on the driver); kernel stages on the arrays
+        (executor/kernels.py). Stages that set times join them with the update's, as on
+        Spark; what lands at or after upto is held by the operators downstream."""
+        value = self.changes(node.input)
+        for is_kernel, run in groupby(node.stages, key=lambda s: isinstance(s, ir.Kernel)):
+            run, table = tuple(run), self._table(value)
+            if is_kernel:
+                value = self._kernels(table, run)
+                continue
             try:
-                out = expressions.compile_stages(node.stages, table.schema)(table)
+                value = expressions.compile_stages(run, table.schema)(table)
             except (expressions.NotCompiled, expressions.Fallback):
-                pass
-            else:
-                return self._encoded(out, self.runner.node_schemas[node])
-        return linear.apply(self.frame(node.input), node.stages, [TIME], self.runner.backend)
+                value = linear.apply(self.spark.createDataFrame(table), run, [TIME],
+                                     self.runner.backend)
+        return self._encoded(value, self.runner.node_schemas[node]) \
+            if isinstance(value, pa.Table) else value
+
+    def _kernels(self, table: pa.Table, run: tuple) -> pa.Table:
+        """A run of kernel stages over the step's updates in one call, as on a Spark
+        partition; a column no kernel takes (a null, a string) goes to Spark, which reports
+        it."""
+        schema = kernels.arrow_output_schema(run[-1], [TIME])
+        try:
+            out = [kernels.run_batch(self.xp, b, run, [TIME], schema)
+                   for b in table.combine_chunks().to_batches() if b.num_rows]
+        except TypeError as e:
+            raise Unsupported(str(e)) from None
+        return pa.Table.from_batches(out, schema=schema)
+
+    def _table(self, value) -> pa.Table:
+        """A chain's updates as decoded Arrow: Changes, Arrow, or a local frame's rows."""
+        if isinstance(value, Changes):
+            return value.table(self.xp, self.encoder)
+        return value if isinstance(value, pa.Table) else _rows(value)
 
     def empty(self, schema: StructType) -> Changes:
         none = self.xp.zeros(0, dtype=self.xp.int64)
@@ -242,19 +275,24 @@ class HostStep:
     def _arrange(self, node: ir.Arrange) -> Changes:
         """The step's updates as the arrangement's new batch; the new mirror holds them.
         An arrangement that only counts read holds its key columns alone (executor/running.py):
-        their diffs summed per key are the counts' totals (executor/totals.py)."""
+        their diffs summed per key are the count's totals, which the count appends as its
+        updates fall due (executor/totals.py), as on Spark."""
         runner = self.runner
         batch = self._consolidated(self.changes(node.input))
         keys = list(node.keys) if node.keys is not None else batch.names
         trace = runner._state.get(node) or Trace(keys, [TIME], runner.partitions)
-        kept = _projected(batch, keys) if node in runner._counted else batch
-        columns = keys + [c for c in kept.names if c not in keys]
-        old = self.mirror(node, trace, columns, len(keys), kept.schema)
         since = trace.next_since(self.upto - 1)
-        run = run_of(self.xp, [kept.col(c) for c in columns], kept.t, kept.d)
+        if node in runner._counted:  # the count appends its due updates (executor/totals.py)
+            old = self.mirror(node, trace, keys, len(keys), _projected(batch, keys).schema)
+            self.views[node] = _View(trace, old, batch, None)
+            self.commits[node] = trace.host_appended(old, self.upto, since)
+            return batch
+        columns = keys + [c for c in batch.names if c not in keys]
+        old = self.mirror(node, trace, columns, len(keys), batch.schema)
+        run = run_of(self.xp, [batch.col(c) for c in columns], batch.t, batch.d)
         self.views[node] = _View(trace, old, batch, old.reading(run))
         self.commits[node] = trace.host_appended(old.appended(run, since), self.upto, since,
-                                                 self.delta(kept))
+                                                 self.delta(batch))
         return batch
 
     def _import(self, node: ir.Imported) -> Changes:
@@ -285,11 +323,13 @@ class HostStep:
     # ------------------------------------------------------------------ reductions
     def _reduce(self, node: ir.Reduce) -> Changes:
         """Abelian reductions keep running totals per key (executor/totals.py); the others
-        re-evaluate the keys the step touches (executor/reduce_host.py)."""
+        re-evaluate the keys the step touches (executor/reduce_host.py). Only updates before
+        upto are reduced; the rest wait (`_due`), though the trace already holds them."""
         self.value(node.input)
         view = self.views[node.input]
+        ready = self._due(node, view.batch)
         family = totals if totals.applies(node, view) else reduce_host
-        return self._consolidated(family.delta(self, node, view))
+        return self._consolidated(family.delta(self, node, view, ready))
 
     # ------------------------------------------------------------------ joins
     def _join(self, node: ir.Join) -> Changes:
@@ -303,8 +343,9 @@ class HostStep:
         on = list(node.on)
         fields = {f.name: f for f in right.batch.schema.fields[:-2]}
         fields |= {f.name: f for f in left.batch.schema.fields[:-2]}
-        parts = [self._pairs(on, _rows(left.batch), _found(right.read, left.batch, on), lrec, out),
-                 self._pairs(on, _found(left.old, right.batch, on), _rows(right.batch), lrec,
+        parts = [self._pairs(on, _columns(left.batch), _found(right.read, left.batch, on), lrec,
+                             out),
+                 self._pairs(on, _found(left.old, right.batch, on), _columns(right.batch), lrec,
                              out)]
         schema = _updates_schema([fields[c] for c in out])
         return self._concat([Changes(schema, *p) for p in parts])
@@ -337,7 +378,8 @@ class HostStep:
         """The query's delta rules (executor/delta_rules.py) over the step's seeds, looking
         index rows up in the mirrors of the arrangements the extenders read."""
         xp = self.xp
-        inputs = {r: self.changes(i) for r, i in zip(node.relations, node.inputs)}
+        inputs = {r: self._due((node, r), self.changes(i))
+                  for r, i in zip(node.relations, node.inputs)}
         for c in inputs.values():  # constants and comparisons are on the values themselves
             if not all(f.dataType.typeName() in _INTEGRAL for f in c.schema.fields) or any(
                     bool(xp.any(col == NULL_CODE)) for col in c.cols):
@@ -379,11 +421,12 @@ class HostStep:
 
     # ------------------------------------------------------------------ the step
     def outputs(self) -> dict[str, Changes]:
-        return {name: self._consolidated(self.changes(node))
+        """Each output's changes before upto (the rest held)."""
+        return {name: self._consolidated(self._due(name, self.changes(node)))
                 for name, node in self.runner.plan.items()}
 
 
-def _local_table(df: DataFrame) -> pa.Table:
+def _rows(df: DataFrame) -> pa.Table:
     """The rows of a local frame as Arrow (no job when Catalyst folds it into the local
     rows)."""
     rows = df.collect()
@@ -393,7 +436,7 @@ def _local_table(df: DataFrame) -> pa.Table:
                                 schema=arrow)
 
 
-def _rows(c: Changes) -> tuple:
+def _columns(c: Changes) -> tuple:
     """A batch as ({column: array}, time, diff)."""
     return dict(zip(c.names, c.cols)), c.t, c.d
 
@@ -413,23 +456,20 @@ def _projected(c: Changes, columns: list[str]) -> Changes:
 
 @dataclass
 class Done:
-    """A step the driver ran: each output's changes as Arrow tables, the traces to commit,
-    the holds on imported traces, and (durable runners) each input's content hash."""
+    """A step the driver ran: each output's changes as Arrow tables and its updates held for
+    later times, the state to commit (traces; reductions' and queries' held updates), the
+    holds on imported traces, and (durable runners) each input's content hash."""
 
     tables: dict
+    pending: dict
     commits: dict
     holds: list
     digests: dict
 
 
 def step(runner, updates: dict, upto: Optional[int]) -> Optional[Done]:
-    """The step run on the driver, or None when it must run on Spark. Input errors raise
-    InputError before anything changes."""
-    if upto is None:
-        return None
-    if any(p is not None for p in runner._pending.values()) or any(
-            not isinstance(s, Trace) and s is not None for s in runner._state.values()):
-        return None  # held-back updates wait in Spark frames
+    """The step run on the driver, or None when it must run on Spark. upto None (close)
+    releases everything held. Input errors raise InputError before anything changes."""
     limit = host_step_rows(runner.conf)
     if any(isinstance(s, (str, os.PathLike, CsvSource)) for s in updates.values()):
         return None  # files are read by Spark
@@ -447,17 +487,40 @@ def step(runner, updates: dict, upto: Optional[int]) -> Optional[Done]:
         if rows is None:
             return None
         sources[name] = normalise(name, rows, schema, runner.frontier, upto, local=True)
-    host = HostStep(runner, sources, upto)
+    held = _held(runner)
+    if held is None or (held and runner._store is not None):
+        return None  # a durable runner's held updates are written by its Spark steps
+    host = HostStep(runner, sources, INFINITY if upto is None else upto, held)
     try:
         outs = host.outputs()
     except Unsupported:
         return None
-    tables = {name: c.table(host.xp, host.encoder).cast(to_arrow_schema(runner.schemas[name]))
-              for name, c in outs.items()}
+    if runner._store is not None and any(p is not None for p in host.pending.values()):
+        return None
+    arrow = {name: to_arrow_schema(runner.schemas[name]) for name in outs}
+    tables = {name: c.table(host.xp, host.encoder).cast(arrow[name]) for name, c in outs.items()}
+    pending = {name: None if host.pending[name] is None else host.pending[name].cast(arrow[name])
+               for name in outs}
+    state = {key: table for key, table in host.pending.items() if key not in outs}
     digests = {} if runner._store is None else {  # of the rows as given, not as coded
-        name: arrow_digest(s if isinstance(s, pa.Table) else _local_table(s))
+        name: arrow_digest(s if isinstance(s, pa.Table) else _rows(s))
         for name, s in sources.items()}
-    return Done(tables, host.commits, host.holds, digests)
+    return Done(tables, pending, host.commits | state, host.holds, digests)
+
+
+def _held(runner) -> Optional[dict]:
+    """The updates held for later times (outputs', reductions', queries') as Arrow; a
+    Spark step's frames are read once (a job each), None when one holds more than the
+    driver's state may (diffspark.host.mirror_rows)."""
+    limit = host_mirror_rows(runner.conf)
+    held = {}
+    for key, value in [*runner._pending.items(), *runner._state.items()]:
+        if value is None or isinstance(value, Trace):
+            continue
+        held[key] = as_table(value, limit)
+        if held[key] is None:
+            return None
+    return held
 
 
 def _ready(table: pa.Table, schema: StructType, frontier: int, upto: int) -> Optional[pa.Table]:

@@ -48,20 +48,31 @@ def run_chain(xp, cols: dict, time_cols: list[str], stages) -> dict:
 def apply(df: DataFrame, stages: tuple[ir.Kernel, ...], time_cols: list[str],
           backend: str) -> DataFrame:
     schema = output_schema(stages[-1], time_cols)
-    arrow_schema = _arrow_schema(schema)
+    arrow_schema = arrow_output_schema(stages[-1], time_cols)
 
     def per_partition(batches):
-        from gpu_kernels.arrow import arrays_to_batch, batch_to_arrays
         from gpu_kernels.backend import namespace
 
         xp = namespace(backend)
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            out = run_chain(xp, batch_to_arrays(batch, xp), time_cols, stages)
-            yield arrays_to_batch(out, arrow_schema, xp)
+            yield run_batch(xp, batch, stages, time_cols, arrow_schema)
 
     return df.mapInArrow(per_partition, schema)
+
+
+def run_batch(xp, batch, stages: tuple[ir.Kernel, ...], time_cols: list[str], schema):
+    """An Arrow record batch of updates through a run of kernel stages, as a record batch
+    of Arrow `schema` (arrow_output_schema): a Spark partition's, or a driver step's."""
+    from gpu_kernels.arrow import arrays_to_batch, batch_to_arrays
+
+    out = run_chain(xp, batch_to_arrays(batch, xp), time_cols, stages)
+    return arrays_to_batch(out, schema, xp)
+
+
+def arrow_output_schema(stage: ir.Kernel, time_cols: list[str]):
+    return _arrow_schema(output_schema(stage, time_cols))
 
 
 def _arrow_schema(schema: StructType):

@@ -30,27 +30,31 @@ from .time import DIFF, TIME
 _SAFE = 2.0 ** 62  # sums whose |terms| add up below this cannot overflow int64
 
 
-def delta(step, node: ir.Reduce, view):
-    """The reduction's changes for the step (unconsolidated Changes in the node's schema)."""
+def delta(step, node: ir.Reduce, view, ready):
+    """The reduction's changes for the step (unconsolidated Changes in the node's schema):
+    at the times of `ready` (the updates due before upto). The history is the trace's
+    (mirror and step batch); its updates at later times fall after every grid time."""
     from .host import Changes, Unsupported
 
     xp, red, batch, old = step.xp, node.reduction, view.batch, view.old
     schema = step.runner.node_schemas[node]
-    if batch.t.shape[0] == 0:
+    if ready.size == 0:
         return step.empty(schema)
     columns, nkeys = old.columns, old.nkeys
     kinds = {f.name: f.dataType for f in batch.schema.fields}
+    touched = [ready.col(c) for c in columns[:nkeys]]
     fresh = [batch.col(c) for c in columns]
-    held = old.rows(fresh[:nkeys])
+    held = old.rows(touched)
     cols = [xp.concat([h, b]) for h, b in zip(held.cols, fresh)]
     t, d = xp.concat([held.t, batch.t]), xp.concat([held.d, batch.d])
 
     # the grid: each touched key at F-1 and at each time of its updates, sorted by (key, time)
-    kid = _ids(xp, cols[:nkeys], t.shape[0])
-    bk = kid[held.t.shape[0]:]
+    h = t.shape[0]
+    ids = _ids(xp, [xp.concat([c, r]) for c, r in zip(cols[:nkeys], touched)], h + ready.size)
+    kid, bk = ids[:h], ids[h:]
     keys_once = xp.unique_values(bk)
     (gk, gt), _ = consolidate(xp, [xp.concat([bk, keys_once]), xp.concat(
-        [batch.t, xp.full(keys_once.shape, step.lower - 1, dtype=xp.int64)])],
+        [ready.t, xp.full(keys_once.shape, step.lower - 1, dtype=xp.int64)])],
         xp.ones(bk.shape[0] + keys_once.shape[0], dtype=xp.int64))
     times = xp.unique_values(gt)
     n_times = times.shape[0]

@@ -105,7 +105,8 @@ class Runner:
         self._counted = counted(self.plan)  # arrangements counts keep as totals (running.py)
         self._late = late(self.plan)  # what may change at or after upto (lateness.py)
         self._hosted = host.supports(self)  # small steps may run on the driver (host.py)
-        # Arrange -> Trace; Reduce, (Query, relation) -> updates waiting for their time
+        # Arrange -> Trace; Reduce, (Query, relation) -> updates waiting for their time (a
+        # Spark frame, or Arrow after a driver step: either placement reads both)
         self._state: dict[object, object] = {}
         self.rounds: dict[str, list[float]] = {}  # iterate -> seconds of each round, last step
         self.frontier = 0
@@ -122,7 +123,7 @@ class Runner:
         self.frontier = 0
         self.steps = 0
         self.closed = False
-        self._pending: dict[str, Optional[DataFrame]] = {n: None for n in self.plan}
+        self._pending: dict[str, object] = {n: None for n in self.plan}  # as _state's waiting
         self._logs: dict[str, Spine] = {n: output_log() for n in self.plan}
         # durability (executor/state.py): commit each step to `state`, resume from it
         self._store = None
@@ -210,7 +211,7 @@ class Runner:
                                         step.scope.round, step.time_cols,
                                         kids[0].limit(0), self.backend)
         if isinstance(node, ir.Reduce):
-            out, pending = reduce_ops.delta(node, step.views[node.input], step.state.get(node),
+            out, pending = reduce_ops.delta(node, step.views[node.input], _held(step.state, node),
                                             step.lower, step.upto, step.time_cols,
                                             kids[0].limit(0), self.backend)
             if not step.resolving:  # materialised with the step's outputs
@@ -226,7 +227,7 @@ class Runner:
                 self._build(arranged, step)
                 return step.views[arranged]
 
-            waiting = {r: step.state.get((node, r)) for r in node.relations}
+            waiting = {r: _held(step.state, (node, r)) for r in node.relations}
             local = None if step.resolving or node in step.empty else \
                 (self.backend, local_query_rows(self.conf))
             out, waiting = wcoj.delta(node, kids, index, waiting, step.upto, local)
@@ -309,12 +310,11 @@ class Runner:
             if done is not None:
                 logs = {n: self._logs[n].appended(t) if t.num_rows else self._logs[n]
                         for n, t in done.tables.items()}
-                pending = {n: None for n in self.plan}
                 try:  # Spark writes only a trace batch Spark made since the last commit
-                    self._commit(done.commits, pending, logs, lower, upto, done.digests)
+                    self._commit(done.commits, done.pending, logs, lower, upto, done.digests)
                 except (Py4JJavaError, PySparkException) as e:
                     raise self._refused(e) from None
-                return self._advance(Frames(done.tables), pending, logs, done.commits,
+                return self._advance(Frames(done.tables), done.pending, logs, done.commits,
                                      done.holds, upto, started, host=True)
         frames = {name: read_source(self.spark, name, src, self.input_schemas[name])
                   for name, src in updates.items()}
@@ -383,7 +383,7 @@ class Runner:
         built, idle = {}, set()
         for name, delta in self._build_all(step).items():
             if self._pending[name] is not None:
-                delta = self._pending[name].unionByName(delta)
+                delta = as_frame(self._pending[name]).unionByName(delta)
             elif self.plan[name] in step.empty:
                 built[name] = delta  # known to be empty: no job, nothing logged
                 idle.add(name)
@@ -513,6 +513,13 @@ class TraceHandle:
         trace = self.runner._state.get(self.node)
         if trace is not None:
             trace.holds.pop(id(self), None)
+
+
+def _held(state: dict, key) -> Optional[DataFrame]:
+    """A reduction's or query relation's updates held for later times, as a Spark frame
+    (a driver step holds them as Arrow)."""
+    held = state.get(key)
+    return None if held is None else as_frame(held)
 
 
 def _short(node: ir.Node) -> str:

@@ -114,6 +114,15 @@ def as_frame(batch) -> DataFrame:
     return SparkSession.active().createDataFrame(batch) if isinstance(batch, pa.Table) else batch
 
 
+def as_table(batch, limit: int) -> Optional[pa.Table]:
+    """A batch as Arrow for the driver: a Spark frame's rows (one job), or None when it
+    holds more than `limit`."""
+    if isinstance(batch, pa.Table):
+        return batch
+    table = batch.limit(limit + 1).toArrow()
+    return table if table.num_rows <= limit else None
+
+
 def _log_combine(a, b):
     """Two batches of an output log: Arrow tables (the driver's steps) concatenate without
     Spark; anything with a Spark frame unions."""

@@ -25,8 +25,6 @@ kept below 2**62 (else the step runs on Spark) so merging their updates cannot o
 """
 from __future__ import annotations
 
-import dataclasses
-
 from pyspark.sql.types import ByteType, DecimalType, IntegerType, LongType, ShortType
 
 from gpu_kernels import (DiffOverflow, group_starts, multiply_diffs, running_segments,
@@ -62,16 +60,19 @@ def _own(red: ir.Reduction, view) -> bool:
     return red.kind != "sum" and view.old.columns == list(view.trace.keys)
 
 
-def delta(step, node: ir.Reduce, view):
-    """The reduction's changes for the step (unconsolidated Changes in the node's schema);
-    the new totals go on the arrangement's commit."""
-    from .host import Changes, Unsupported
+def delta(step, node: ir.Reduce, view, ready):
+    """The reduction's changes for the step at the times of `ready` (the updates due before
+    upto; unconsolidated Changes in the node's schema); the new totals go on the
+    arrangement's commit. The trace's updates at or after the frontier (held, or due now in
+    `ready`) are left out of the totals before the step."""
+    from .host import Changes, Unsupported, _updates_schema
 
-    xp, red, batch = step.xp, node.reduction, view.batch
+    xp, red, batch = step.xp, node.reduction, ready
     schema = step.runner.node_schemas[node]
     if batch.size == 0:
         return step.empty(schema)
     keys = list(view.trace.keys)
+    fields = {f.name: f for f in batch.schema.fields}
     kinds = {f.name: f.dataType for f in batch.schema.fields}
     if red.kind == "sum" and isinstance(kinds[red.column], DecimalType) and \
             schema[red.column].dataType.scale != kinds[red.column].scale:
@@ -82,12 +83,19 @@ def delta(step, node: ir.Reduce, view):
     try:
         now = _Running(xp, [batch.col(k) for k in keys], batch.t,
                        _terms(xp, red, dict(zip(batch.names, batch.cols)), batch.d, kinds),
-                       [m.rows([batch.col(k) for k in keys]) for m in sources], step.lower)
+                       [m.below(step.lower).rows([batch.col(k) for k in keys])
+                        for m in sources], step.lower)
     except DiffOverflow:
         raise Unsupported(f"{node.label()}: a total beyond int64 (Spark reports it)") from None
     _bounded(xp, node, now.now[:2])
-    if not own:
-        since = view.trace.next_since(step.upto - 1)
+    since = view.trace.next_since(step.upto - 1)
+    if node.input in step.runner._counted:  # the trace is the totals: add the step's
+        added = Changes(_updates_schema([fields[k] for k in keys]), now.keys, now.t,
+                        now.step[0])
+        step.commits[node.input] = view.trace.host_appended(
+            view.old.appended(run_of(xp, now.keys, now.t, now.step[0]), since), step.upto,
+            since, step.delta(added))
+    elif not own:
         step.commits[node.input].totals[red] = [
             m.appended(run_of(xp, now.keys, now.t, d), since)
             for m, d in zip(sources, now.changes())]
@@ -109,9 +117,7 @@ def delta(step, node: ir.Reduce, view):
     if not bool(xp.any(unsure)):
         return out
     rows = now.updates_of(unsure)
-    picked = dataclasses.replace(batch, cols=[xp.take(c, rows) for c in batch.cols],
-                                 t=xp.take(batch.t, rows), d=xp.take(batch.d, rows))
-    again = reduce_host.delta(step, node, dataclasses.replace(view, batch=picked))
+    again = reduce_host.delta(step, node, view, batch.take(xp, rows))
     return Changes(schema, [xp.concat([a, b]) for a, b in zip(out.cols, again.cols)],
                    xp.concat([out.t, again.t]), xp.concat([out.d, again.d]))
 
@@ -160,7 +166,7 @@ def _kept(step, node: ir.Reduce, view, keys: list[str], kinds: dict) -> list[Mir
     red, trace, xp = node.reduction, view.trace, step.xp
     if red in trace.totals:
         return trace.totals[red]
-    whole = view.old.all()
+    whole = view.old.below(step.lower).all()
     columns = dict(zip(view.old.columns, whole.cols))
     try:
         terms = _terms(xp, red, columns, whole.d, kinds)

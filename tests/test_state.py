@@ -345,8 +345,8 @@ def test_driver_steps_die_resume_and_switch_placement(spark, conf, tmp_path_fact
     assert again.steps == committed
     results = feed_placed(again, inputs, cuts, second, tmp) + [again.close()]
     assert [r.skipped for r in results] == [i < committed for i in range(len(cuts) + 1)]
-    assert [r.host for r in results] == [not r.skipped and d for r, d in
-                                         zip(results, second + [False])]
+    assert [r.host for r in results] == [not r.skipped and d for r, d in  # close: driver
+                                         zip(results, second + [True])]
     assert outputs_rows(again, list(driver_flow().outputs)) == reference(
         spark, driver_flow().outputs, {n: ups for n, (_, ups) in inputs.items()})
     assert data_files(where) == set(manifest(where)["frames"])

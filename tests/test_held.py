@@ -1,0 +1,130 @@
+"""Updates held for later times on the driver placement (executor/host.py): temporal filters,
+join_function expressions with times and diffs and a kernel stage move updates past a step's
+`upto`; outputs, reductions, joins and queries downstream hold them until the frontier passes
+them. Checked against the reference interpreter and a runner on Spark, step by step and at
+close(), with steps that switch placement mid-stream (the held updates cross as Arrow one
+way and as Spark frames the other)."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import examples, outputs_rows, updates_df
+from executor import Runner
+from executor.reference import reference
+from executor.trace import Trace
+from plans import Dataflow
+
+EV = "a BIGINT, b BIGINT, lo BIGINT, hi BIGINT"
+HORIZON = 8
+SPARK_ONLY = {"diffspark.host.step_rows": "0"}
+
+
+def later(xp, cols):
+    """A kernel that sets times: each update again at time a + |b| (b >= 0 here), with the
+    diff doubled where a is odd."""
+    n = cols["a"].shape[0]
+    return {"parent": xp.arange(n, dtype=xp.int64), "a": cols["a"], "b": cols["b"],
+            "time": cols["a"] + xp.abs(cols["b"]), "diff": 1 + cols["a"] % 2}
+
+
+def held_flow() -> Dataflow:
+    flow = Dataflow()
+    ev = flow.input("ev", EV)
+    live = ev.temporal_filter(lower="lo", upper="hi")
+    flow.output("live", live)
+    flow.output("live_count", live.count(by=["a"]))
+    flow.output("live_sum", live.map("a", "b").sum("b", by=["a"]))
+    moved = ev.join_function(
+        "array(named_struct('a', a, 'b', b, 'time', lo, 'diff', 1L), "
+        "named_struct('a', a + 1, 'b', b, 'time', hi, 'diff', -2L))")
+    flow.output("moved_joined", moved.join(live.map("a", "hi"), on=["a"]))
+    flow.output("moved_distinct", moved.map("a").distinct())
+    kernel = ev.map("a", "coalesce(b, 0) AS b").join_function(
+        kernel=later, schema="a BIGINT, b BIGINT")
+    flow.output("kernel_count", kernel.count(by=["b"]))
+    flow.output("kernel_max", kernel.max("a", by=["b"]))
+    flow.output("paths", flow.query("p(x, z) :- e(x, y), e(y, z)",
+                                    e=live.map("a AS x", "coalesce(b, 0) AS y")))
+    return flow
+
+
+bound = st.one_of(st.none(), st.integers(-1, HORIZON + 2))
+update = st.tuples(st.tuples(st.integers(0, 3), st.one_of(st.none(), st.integers(0, 2)),
+                             bound, bound),
+                   st.integers(0, HORIZON - 1), st.sampled_from([-2, -1, 1, 1, 2]))
+cuts = st.sets(st.integers(1, HORIZON - 1), min_size=1, max_size=3).map(
+    lambda s: sorted(s) + [HORIZON])
+
+
+def _check(flow, runners: dict, expected: dict, upto):
+    """Every runner's outputs equal the reference below the frontier (all of it at close)."""
+    for label, runner in runners.items():
+        got = outputs_rows(runner, list(flow.outputs))
+        for name in flow.outputs:
+            want = [u for u in expected[name] if upto is None or u[1] < upto]
+            assert got[name] == want, (label, name, upto)
+
+
+@settings(max_examples=examples(2, 4), deadline=None, suppress_health_check=list(HealthCheck))
+@given(updates=st.lists(update, max_size=14), cuts=cuts, data=st.data())
+def test_held_updates_three_ways(spark, conf, updates, cuts, data):
+    """The driver placement (every step and close on the driver), the Spark placement and a
+    runner whose steps switch placement as drawn, against the reference interpreter."""
+    flow = held_flow()
+    expected = reference(spark, flow.outputs, {"ev": updates})
+    driver, spark_only, switching = (Runner(flow, conf=c, spark=spark)
+                                     for c in (conf, conf | SPARK_ONLY, conf))
+    runners = {"driver": driver, "spark": spark_only, "switching": switching}
+    lo = 0
+    for upto in cuts:
+        feed = {"ev": updates_df(spark, EV, [u for u in updates if lo <= u[1] < upto])}
+        on_driver = data.draw(st.booleans(), label=f"driver step to {upto}")
+        switching._hosted = on_driver
+        assert driver.step(feed, upto=upto).host
+        assert not spark_only.step(feed, upto=upto).host
+        assert switching.step(feed, upto=upto).host == on_driver
+        lo = upto
+        _check(flow, runners, expected, upto)
+    switching._hosted = data.draw(st.booleans(), label="driver close")
+    assert driver.close().host and not spark_only.close().host
+    assert switching.close().host == switching._hosted
+    _check(flow, runners, expected, None)
+
+
+def test_a_temporal_filter_holds_across_placements(spark, conf):
+    """A fixed stream: upper <= lower (never present), null lower, null upper (never
+    retracted), a retraction of a held record, a bound before the step. Steps on the
+    driver, on Spark, on the driver again, and close on the driver: equal to the reference
+    each time, the held updates Arrow after a driver step and a Spark frame after a Spark
+    step."""
+    from pyspark.sql import DataFrame
+
+    flow = Dataflow()
+    live = flow.input("ev", EV).temporal_filter(lower="lo", upper="hi")
+    flow.output("live", live)
+    flow.output("n", live.count())
+    flow.output("present", live.map("a").distinct())
+    flow.output("total", live.sum("b", by=["a"]))
+    ups = [((1, 1, 3, 6), 0, 1), ((2, 1, 5, 5), 0, 1), ((3, 2, None, 4), 1, 2),
+           ((4, 1, 2, None), 1, 1), ((1, 1, 3, 6), 2, -1), ((5, 1, -1, 1), 3, 1),
+           ((6, 3, 4, 9), 4, 1)]
+    expected = reference(spark, flow.outputs, {"ev": ups})
+    runner = Runner(flow, conf=conf, spark=spark)
+    lo = 0
+    for upto, on_driver in ((1, True), (2, False), (4, True), (5, True)):
+        feed = {"ev": updates_df(spark, EV, [u for u in ups if lo <= u[1] < upto])}
+        runner._hosted = on_driver
+        assert runner.step(feed, upto=upto).host == on_driver
+        held = runner._pending["live"]
+        assert isinstance(held, pa.Table if on_driver else DataFrame)
+        times = (held if on_driver else held.toArrow())["time"].to_pylist()
+        assert times and min(times) >= upto
+        lo = upto
+        _check(flow, {"runner": runner}, expected, upto)
+    assert runner.close().host
+    assert runner._pending["live"] is None and all(
+        v is None for v in runner._state.values() if not isinstance(v, Trace))
+    _check(flow, {"runner": runner}, expected, None)

@@ -19,8 +19,11 @@ both ways.
 """
 from __future__ import annotations
 
+import copy
 import os
-from dataclasses import dataclass
+import time as clock
+from collections import ChainMap
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
@@ -29,22 +32,22 @@ from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
-from gpu_kernels import (consolidate, group_starts, multiply_diffs, namespace, neighbours,
-                         to_numpy)
+from gpu_kernels import (consolidate, group_starts, join_times, multiply_diffs, namespace,
+                         neighbours, to_numpy)
 from plans import ir
 from plans import query as cq
 
-from . import delta_rules, expressions, join, linear, reduce_host
-from .config import host_mirror_rows, host_step_rows
+from . import delta_rules, expressions, iterate, join, linear, reduce_host, reduce_product
+from .config import host_mirror_rows, host_step_rows, max_rounds
 from .encoding import NULL_CODE, NoCode, fits
 from .mirror import Mirror, run_of
-from .time import DIFF, TIME
+from .time import DIFF, ITERATION, TIME
 from .trace import Trace
 from .updates import CsvSource, normalise, read_source
 
 _INTEGRAL = ("byte", "short", "integer", "long")
 _HOSTED = (ir.Input, ir.Linear, ir.Concat, ir.Consolidate, ir.Arrange, ir.Join, ir.Query,
-           ir.Reduce)
+           ir.Reduce, ir.Iterate, ir.Variable)
 
 
 class Unsupported(Exception):
@@ -55,22 +58,44 @@ def supports(runner) -> bool:
     """Whether the runner's plan can ever step on the host."""
     if host_step_rows(runner.conf) == 0 or runner._late:
         return False
-    return all(isinstance(node, _HOSTED) for node in ir.topological(runner.plan.values()))
+    return all(isinstance(node, _HOSTED) for node in _every_node(runner.plan.values()))
+
+
+def _every_node(roots) -> list[ir.Node]:
+    """The plan's nodes, iterate bodies included."""
+    out = []
+    for node in ir.topological(roots):
+        if isinstance(node, ir.Iterate):
+            out += _every_node([node.body])
+        out.append(node)
+    return out
 
 
 @dataclass
 class Changes:
     """A step's updates on the host: record columns as int64 codes (executor/encoding.py),
-    time and diff, with the Spark schema they stand for (records, time, diff)."""
+    times and diff, with the Spark schema they stand for (records, times, diff). A time has
+    k coordinates: the outer time `t`, then inside an iterate scope the iteration (`inner`);
+    consolidation is over all of them and joins take their element-wise max
+    (gpu_kernels/times.py)."""
 
     schema: StructType
     cols: list
     t: object
     d: object
+    inner: list = field(default_factory=list)
+
+    @classmethod
+    def of(cls, schema: StructType, cols: list, times: list, d) -> "Changes":
+        return cls(schema, list(cols), times[0], d, list(times[1:]))
+
+    @property
+    def times(self) -> list:
+        return [self.t, *self.inner]
 
     @property
     def names(self) -> list[str]:
-        return [f.name for f in self.schema.fields[:-2]]
+        return [f.name for f in self.schema.fields[:-2 - len(self.inner)]]
 
     def col(self, name: str):
         return self.cols[self.names.index(name)]
@@ -80,7 +105,7 @@ class Changes:
         arrow = to_arrow_schema(self.schema)
         records = [encoder.decode(to_numpy(xp, c), f.dataType)
                    for c, f in zip(self.cols, self.schema.fields)]
-        times = [pa.array(to_numpy(xp, a)) for a in (self.t, self.d)]
+        times = [pa.array(to_numpy(xp, a)) for a in (*self.times, self.d)]
         return pa.Table.from_arrays(records + times, schema=arrow)
 
     def frame(self, spark, xp, encoder) -> DataFrame:
@@ -90,10 +115,16 @@ class Changes:
     def size(self) -> int:
         return int(self.t.shape[0])
 
+    def rows(self, xp, rows) -> "Changes":
+        return Changes.of(self.schema, [xp.take(c, rows) for c in self.cols],
+                          [xp.take(c, rows) for c in self.times], xp.take(self.d, rows))
 
-def _updates_schema(records: list[StructField]) -> StructType:
-    return StructType(records + [StructField(TIME, LongType(), False),
-                                 StructField(DIFF, LongType(), False)])
+
+def _updates_schema(records: list[StructField], inner: bool = False) -> StructType:
+    """(records, time[, iteration], diff): inside an iterate scope times gain the iteration."""
+    times = [TIME, ITERATION] if inner else [TIME]
+    return StructType(records + [StructField(t, LongType(), False) for t in times]
+                      + [StructField(DIFF, LongType(), False)])
 
 
 @dataclass
@@ -120,6 +151,8 @@ class HostStep:
         self.memo: dict = {}
         self.views: dict = {}
         self.commits: dict = {}
+        self.state = runner._state  # the traces operators read (a scope's over them in a round)
+        self.scope: Optional[_Scope] = None  # the iterate scope whose round this walk is
 
     # ------------------------------------------------------------------ values
     def frame(self, node: ir.Node) -> DataFrame:
@@ -160,7 +193,10 @@ class HostStep:
 
     def value(self, node: ir.Node):
         if node not in self.memo:
-            self.memo[node] = self._evaluate(node)
+            value = self._evaluate(node)
+            if self.scope is not None and isinstance(node, (ir.Join, ir.Reduce)):
+                value = self.scope.admit(self, node, value)
+            self.memo[node] = value
         return self.memo[node]
 
     def _evaluate(self, node: ir.Node):
@@ -171,7 +207,7 @@ class HostStep:
                 return self.empty(schema)
             return self._encoded(source, schema) if isinstance(source, pa.Table) else source
         if isinstance(node, ir.Linear):
-            return self._linear(node)
+            return self._linear(node) if self.scope is None else self._inner_linear(node)
         if isinstance(node, ir.Concat):
             return self._concat([self.changes(c) for c in node.children()])
         if isinstance(node, ir.Consolidate):
@@ -182,8 +218,10 @@ class HostStep:
             return self._reduce(node)
         if isinstance(node, ir.Join):
             return self._join(node)
-        if isinstance(node, ir.Query):
+        if isinstance(node, ir.Query) and self.scope is None:
             return self._query(node)
+        if isinstance(node, ir.Iterate):
+            return self._iterate(node)
         raise Unsupported(node.label())
 
     def decoder(self, changes: Changes):
@@ -192,12 +230,12 @@ class HostStep:
         xp, encoder = self.xp, self.encoder
         return lambda: changes.table(xp, encoder)
 
-    def _linear(self, node: ir.Linear):
+    def _linear(self, node: ir.Linear, source=None, schema: Optional[StructType] = None):
         """A fused chain on Arrow (executor/expressions.py) where it compiles and Spark's
         answer is reproduced; otherwise Spark's expressions over the local rows (Catalyst on
         the driver, no job). Kernel stages may set times, so their plans stay on Spark
-        (executor/lateness.py)."""
-        source = self.value(node.input)
+        (executor/lateness.py). `source` and `schema` replace the node's input and schema."""
+        source = self.value(node.input) if source is None else source
         if not isinstance(source, DataFrame):
             table = source.table(self.xp, self.encoder)
             try:
@@ -205,22 +243,41 @@ class HostStep:
             except (expressions.NotCompiled, expressions.Fallback):
                 pass
             else:
-                return self._encoded(out, self.runner.node_schemas[node])
-        return linear.apply(self.frame(node.input), node.stages, [TIME], self.runner.backend)
+                return self._encoded(out, schema or self.runner.node_schemas[node])
+            source = source.frame(self.spark, self.xp, self.encoder)
+        return linear.apply(source, node.stages, [TIME], self.runner.backend)
+
+    def _inner_linear(self, node: ir.Linear) -> Changes:
+        """A chain inside an iterate scope. The body refuses stages that set times, so every
+        output row keeps the times of the input row it came from: the chain runs with the
+        row's index (below any upto) as its only time, and rows take their times back by it."""
+        xp, source = self.xp, self.changes(node.input)
+        n = source.size
+        index = xp.arange(n, dtype=xp.int64) - n
+        records = source.schema.fields[:len(source.names)]
+        schema = self.runner.node_schemas[node]
+        out = self._linear(node, Changes(_updates_schema(records), source.cols, index, source.d),
+                           _updates_schema(schema.fields[:-3]))
+        out = out if isinstance(out, Changes) else self._collect(out)
+        rows = out.t + n
+        return Changes.of(schema, out.cols, [xp.take(c, rows) for c in source.times], out.d)
 
     def empty(self, schema: StructType) -> Changes:
         none = self.xp.zeros(0, dtype=self.xp.int64)
-        return Changes(schema, [none for _ in schema.fields[:-2]], none, none)
+        k = 2 if ITERATION in schema.fieldNames() else 1
+        return Changes.of(schema, [none for _ in schema.fields[:-1 - k]], [none] * k, none)
 
     def _concat(self, parts: list[Changes]) -> Changes:
         xp = self.xp
-        return Changes(parts[0].schema,
-                       [xp.concat([p.col(n) for p in parts]) for n in parts[0].names],
-                       xp.concat([p.t for p in parts]), xp.concat([p.d for p in parts]))
+        return Changes.of(parts[0].schema,
+                          [xp.concat([p.col(n) for p in parts]) for n in parts[0].names],
+                          [xp.concat(ts) for ts in zip(*(p.times for p in parts))],
+                          xp.concat([p.d for p in parts]))
 
     def _consolidated(self, c: Changes) -> Changes:
-        keys, d = consolidate(self.xp, [*c.cols, c.t], c.d)
-        return Changes(c.schema, keys[:-1], keys[-1], d)
+        keys, d = consolidate(self.xp, [*c.cols, *c.times], c.d)
+        n = len(c.cols)
+        return Changes.of(c.schema, keys[:n], keys[n:], d)
 
     # ------------------------------------------------------------------ arrangements
     def mirror(self, node: ir.Arrange, trace: Trace, columns: list[str], nkeys: int) -> Mirror:
@@ -238,18 +295,23 @@ class HostStep:
         return trace.mirror
 
     def _arrange(self, node: ir.Arrange) -> Changes:
-        """The step's updates as the arrangement's new batch; the new mirror holds them."""
+        """The step's updates as the arrangement's new batch; the new mirror holds them. An
+        arrangement inside an iterate scope keeps the iteration as its mirror's last column
+        and compacts only the outer time, to lower - 1: rounds still tell the step's epochs
+        and every iteration apart."""
         runner = self.runner
         batch = self._consolidated(self.changes(node.input))
         keys = list(node.keys) if node.keys is not None else batch.names
-        trace = runner._state.get(node) or Trace(keys, [TIME], runner.partitions)
-        columns = keys + [c for c in batch.names if c not in keys]
+        inner = [ITERATION] if batch.inner else []
+        trace = self.state.get(node) or Trace(keys, [TIME, *inner], runner.partitions)
+        columns = keys + [c for c in batch.names if c not in keys] + inner
         old = self.mirror(node, trace, columns if node not in runner._counted else keys, len(keys))
         if node in runner._counted:  # the count appends its totals (see _reduce)
             self.views[node] = _View(trace, old, batch, None)
             return batch
-        since = trace.next_since(self.upto - 1)
-        run = run_of(self.xp, [batch.col(c) for c in columns], batch.t, batch.d)
+        since = trace.next_since((self.upto if self.scope is None else self.lower) - 1)
+        run = run_of(self.xp, [*map(batch.col, columns[:len(columns) - len(inner)]),
+                               *batch.inner], batch.t, batch.d)
         self.views[node] = _View(trace, old, batch, old.reading(run))
         self.commits[node] = trace.host_appended(old.appended(run, since), batch.size,
                                                  self.decoder(batch), self.upto, since)
@@ -265,6 +327,8 @@ class HostStep:
         arranged = node.input
         self.value(arranged)
         view = self.views[arranged]
+        if self.scope is not None:
+            return self._consolidated(reduce_product.host_delta(self, node, view))
         if node.reduction.kind not in ("count", "distinct") or (
                 node.reduction.kind == "distinct" and list(view.trace.keys) != view.batch.names):
             return self._consolidated(reduce_host.delta(self, node, view))
@@ -318,36 +382,93 @@ class HostStep:
         lrec, rrec = left.batch.names, right.batch.names
         out = join.output_columns(node, lrec, rrec)
         on = list(node.on)
-        fields = {f.name: f for f in right.batch.schema.fields[:-2]}
-        fields |= {f.name: f for f in left.batch.schema.fields[:-2]}
-        parts = [self._pairs(on, _rows(left.batch), _found(right.read, left.batch, on), lrec, out),
-                 self._pairs(on, _found(left.old, right.batch, on), _rows(right.batch), lrec,
+        fields = {f.name: f for f in right.batch.schema.fields[:len(rrec)]}
+        fields |= {f.name: f for f in left.batch.schema.fields[:len(lrec)]}
+        k = len(left.batch.times)
+        parts = [self._pairs(on, _rows(left.batch), _found(right.read, left.batch, on, k), lrec,
+                             out),
+                 self._pairs(on, _found(left.old, right.batch, on, k), _rows(right.batch), lrec,
                              out)]
-        schema = _updates_schema([fields[c] for c in out])
-        return self._concat([Changes(schema, *p) for p in parts])
+        schema = _updates_schema([fields[c] for c in out], k > 1)
+        return self._concat([Changes.of(schema, *p) for p in parts])
 
     def _pairs(self, on: list[str], a: tuple, b: tuple, lrec: list[str], out: list[str]):
-        """(columns, time, diff) of every pair of a's and b's updates with equal keys:
+        """(columns, times, diff) of every pair of a's and b's updates with equal keys:
         columns from a where a has them, times joined, diffs multiplied."""
         xp = self.xp
         (acols, at, ad), (bcols, bt, bd) = a, b
-        live = xp.ones(at.shape[0], dtype=xp.bool)
+        live = xp.ones(ad.shape[0], dtype=xp.bool)
         for k in on:  # a null key joins nothing (Spark's `=`)
             live = xp.logical_and(live, acols[k] != NULL_CODE)
         if not bool(xp.all(live)):
             rows = xp.nonzero(live)[0]
             acols = {c: xp.take(v, rows) for c, v in acols.items()}
-            at, ad = xp.take(at, rows), xp.take(ad, rows)
+            at, ad = [xp.take(x, rows) for x in at], xp.take(ad, rows)
         acode, bcode = delta_rules.codes(xp, [acols[k] for k in on], [bcols[k] for k in on],
-                                         at.shape[0], bt.shape[0])
+                                         ad.shape[0], bd.shape[0])
         order = xp.argsort(bcode)
         ordered = xp.take(bcode, order)
         lo = xp.searchsorted(ordered, acode, side="left")
         hi = xp.searchsorted(ordered, acode, side="right")
         i, j = neighbours(xp, order, lo, hi)
         cols = [xp.take(acols[c], i) if c in lrec else xp.take(bcols[c], j) for c in out]
-        t = xp.maximum(xp.take(at, i), xp.take(bt, j))
-        return cols, t, multiply_diffs(xp, xp.take(ad, i), xp.take(bd, j))
+        t = join_times(xp, tuple(xp.take(x, i) for x in at), tuple(xp.take(x, j) for x in bt))
+        return cols, list(t), multiply_diffs(xp, xp.take(ad, i), xp.take(bd, j))
+
+    # ------------------------------------------------------------------ iterate
+    def _iterate(self, node: ir.Iterate) -> Changes:
+        """The scope's rounds (the rule is executor/iterate.py's): round i walks the body with
+        this same evaluator over the variable's changes at iteration i, all of the step's
+        epochs together; the result at i less the input at iteration 0 is the variable's
+        change at i + 1. Done when nothing changes and nothing is held back; the output is
+        the result summed over iterations, per epoch."""
+        xp, schema = self.xp, self.runner.node_schemas[node]
+        _, outer = ir.scope_of(node)
+        x = self.changes(node.input)
+        if not x.size and not any(self.changes(o).size for o in outer):
+            return self.empty(schema)  # nothing entered: the fixed point stays
+        limit = max_rounds(self.runner.conf)
+        scope = _Scope(node, xp)
+        start = _entered(xp, x)
+        var, leave, seconds = start, [x], []
+        while True:
+            if scope.round >= limit:
+                raise iterate.divergence(node, limit)
+            began = clock.perf_counter()
+            result = self._round(scope, var, outer).changes(node.body)
+            if scope.round == 0:  # the variable was the input at iteration 0
+                result = self._concat([result, Changes.of(result.schema, start.cols,
+                                                          start.times, -start.d)])
+            var = self._consolidated(result)
+            var.inner[-1] = var.inner[-1] + 1
+            leave.append(Changes(x.schema, var.cols, var.t, var.d))
+            seconds.append(clock.perf_counter() - began)
+            waiting = scope.waiting()
+            if not var.size and waiting is None:
+                break
+            scope.round = scope.round + 1 if var.size else waiting
+        self.commits.update(scope.traces)
+        self.runner.rounds[node.label()] = seconds
+        out = self._concat(leave)
+        return self._consolidated(Changes(schema, out.cols, out.t, out.d))
+
+    def _round(self, scope: "_Scope", var: Changes, outer) -> "HostStep":
+        """The walk of one round: the variable's changes; outer collections entered at
+        iteration 0 without copying, their changes in round 0 only; outer arrangements'
+        mirrors read in place (at iteration 0); the scope's traces over the runner's."""
+        xp = self.xp
+        rs = copy.copy(self)
+        rs.memo, rs.views, rs.commits = {scope.node.variable: var}, {}, scope.traces
+        rs.state, rs.scope = ChainMap(scope.traces, self.runner._state), scope
+        for o in outer:
+            c = self.changes(o)
+            rs.memo[o] = _entered(xp, c if scope.round == 0 else
+                                  c.rows(xp, xp.zeros(0, dtype=xp.int64)))
+            view = self.views.get(o)
+            if view is not None:
+                rs.views[o] = _View(view.trace, view.old if scope.round == 0 else view.read,
+                                    rs.memo[o], view.read)
+        return rs
 
     # ------------------------------------------------------------------ queries
     def _query(self, node: ir.Query) -> Changes:
@@ -400,15 +521,68 @@ class HostStep:
                 for name, node in self.runner.plan.items()}
 
 
+@dataclass
+class _Scope:
+    """One step of one iterate on the driver: the round, the traces its rounds append to,
+    the joins' and reductions' changes held for later iterations, and what each reduction
+    emitted this step at iterations a later round may still correct."""
+
+    node: ir.Iterate
+    xp: object
+    round: int = 0
+    traces: dict = field(default_factory=dict)
+    held: dict = field(default_factory=dict)
+    emitted: dict = field(default_factory=dict)
+
+    def admit(self, step: HostStep, node: ir.Node, value: Changes) -> Changes:
+        """A join's or reduction's changes at later iterations wait for their round; what
+        waited for this one joins in."""
+        xp = self.xp
+        if isinstance(node, ir.Reduce):
+            self.emitted[node] = step._concat([self.emitted[node], value]) \
+                if node in self.emitted else value
+        held = self.held.pop(node, None)
+        if held is not None:
+            value = step._concat([value, held])
+        later = value.inner[-1] > self.round
+        if bool(xp.any(later)):
+            self.held[node] = value.rows(xp, xp.nonzero(later)[0])
+            value = value.rows(xp, xp.nonzero(xp.logical_not(later))[0])
+        return value
+
+    def emitted_since(self, node: ir.Reduce) -> Optional[Changes]:
+        """The reduction's changes of this step's rounds at iterations from this round on
+        (the only ones a round corrects; the rest are dropped)."""
+        xp, c = self.xp, self.emitted.get(node)
+        if c is not None:
+            c = self.emitted[node] = c.rows(xp, xp.nonzero(c.inner[-1] >= self.round)[0])
+        return c
+
+    def waiting(self) -> Optional[int]:
+        """The least iteration of a held change (None when nothing is held)."""
+        least = [int(self.xp.min(c.inner[-1])) for c in self.held.values()]
+        return min(least) if least else None
+
+
+def _entered(xp, c: Changes) -> Changes:
+    """Outer changes at iteration 0 of a scope: the same arrays, a time coordinate more."""
+    return Changes.of(_updates_schema(c.schema.fields[:len(c.names)], True), c.cols,
+                      [c.t, xp.zeros_like(c.t)], c.d)
+
+
 def _rows(c: Changes) -> tuple:
-    """A batch as ({column: array}, time, diff)."""
-    return dict(zip(c.names, c.cols)), c.t, c.d
+    """A batch as ({column: array}, times, diff)."""
+    return dict(zip(c.names, c.cols)), c.times, c.d
 
 
-def _found(mirror: Mirror, batch: Changes, on: list[str]) -> tuple:
-    """The mirror's updates under the batch's keys, as ({column: array}, time, diff)."""
-    run = mirror.rows([batch.col(k) for k in on])
-    return dict(zip(mirror.columns, run.cols)), run.t, run.d
+def _found(mirror: Mirror, batch: Changes, on: list[str], k: int) -> tuple:
+    """The mirror's updates under the batch's keys, as ({column: array}, k times, diff): an
+    outer mirror read inside a scope is at iteration 0."""
+    run = mirror.rows([batch.col(c) for c in on])
+    cols = dict(zip(mirror.columns, run.cols))
+    inner = cols.pop(ITERATION, None)
+    times = [run.t] if k == 1 else [run.t, run.t * 0 if inner is None else inner]
+    return cols, times, run.d
 
 
 def _segment_running_sum(xp, keys: list, m):

@@ -31,7 +31,7 @@ _SAFE = 2.0 ** 62  # sums whose |terms| add up below this cannot overflow int64
 
 def delta(step, node: ir.Reduce, view):
     """The reduction's changes for the step (unconsolidated Changes in the node's schema)."""
-    from .host import Changes, Unsupported
+    from .host import Changes
 
     xp, red, batch, old = step.xp, node.reduction, view.batch, view.old
     schema = step.runner.node_schemas[node]
@@ -63,10 +63,7 @@ def delta(step, node: ir.Reduce, view):
     acc, m = consolidate(xp, [grid, *[xp.take(c, row) for c in cols]], xp.take(d, row))
     g, acc = acc[0], dict(zip(columns, acc[1:]))
     records = [f.name for f in batch.schema.fields[:-2]]
-    try:
-        out_g, out, out_m = _REDUCE[red.kind](step, node, g, acc, m, kinds, records, schema)
-    except DiffOverflow:
-        raise Unsupported(f"{node.label()}: an int64 overflow (Spark reports it)") from None
+    out_g, out, out_m = reduced(step, node, g, acc, m, kinds, records, schema)
 
     # each result at its grid time, retracted at the key's next grid time
     n = gk.shape[0]
@@ -79,6 +76,18 @@ def delta(step, node: ir.Reduce, view):
                    xp.concat([xp.take(gt, xp.take(out_g, now)),
                               xp.take(gt, xp.take(later, nxt))]),
                    xp.concat([xp.take(out_m, now), -xp.take(out_m, nxt)]))
+
+
+def reduced(step, node: ir.Reduce, g, acc: dict, m, kinds: dict, records: list, schema):
+    """The reduction of every group of accumulated rows (group entry g, {column: codes},
+    multiplicity m; sorted by g): (group entry, {output column: codes}, multiplicity) per
+    output record."""
+    from .host import Unsupported
+
+    try:
+        return _REDUCE[node.reduction.kind](step, node, g, acc, m, kinds, records, schema)
+    except DiffOverflow:
+        raise Unsupported(f"{node.label()}: an int64 overflow (Spark reports it)") from None
 
 
 def _ids(xp, keys: list, n: int):
@@ -198,6 +207,20 @@ def _running(xp, g, m):
     return total[1:] - xp.take(xp.take(total, starts), group)
 
 
+def _count(step, node, g, acc, m, kinds, records, schema):
+    """The key's summed multiplicity, where it is not 0 (count at product times; count
+    outside a scope keeps running sums in executor/host.py)."""
+    xp = step.xp
+    groups, starts = _groups(xp, g)
+    total = xp.cumulative_sum(m, include_initial=True)
+    ends = xp.concat([starts[1:], xp.asarray([g.shape[0]], dtype=xp.int64)])
+    counts = xp.take(total, ends) - xp.take(total, starts)
+    keep = xp.nonzero(counts != 0)[0]
+    out = {k: xp.take(xp.take(acc[k], starts), keep) for k in node.by}
+    out[schema.fields[len(node.by)].name] = xp.take(counts, keep)
+    return xp.take(groups, keep), out, xp.ones(keep.shape, dtype=xp.int64)
+
+
 def _distinct(step, node, g, acc, m, kinds, records, schema):
     xp = step.xp
     positive = xp.nonzero(m > 0)[0]
@@ -269,5 +292,5 @@ def _evaluate(step, table: pa.Table, schema: StructType, exprs: list[str]) -> li
             for i, f in enumerate(projected.schema.fields)]
 
 
-_REDUCE = {"sum": _sum, "min": _extreme, "max": _extreme, "top_k": _top_k,
+_REDUCE = {"count": _count, "sum": _sum, "min": _extreme, "max": _extreme, "top_k": _top_k,
            "distinct": _distinct, "threshold": _threshold, "kernel": _kernel}

@@ -425,7 +425,8 @@ class HostStep:
         xp, schema = self.xp, self.runner.node_schemas[node]
         _, outer = ir.scope_of(node)
         x = self.changes(node.input)
-        if not x.size and not any(self.changes(o).size for o in outer):
+        entering = [self.changes(o).size for o in outer]  # evaluated before the rounds
+        if not x.size and not any(entering):
             return self.empty(schema)  # nothing entered: the fixed point stays
         limit = max_rounds(self.runner.conf)
         scope = _Scope(node, xp)

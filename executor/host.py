@@ -9,13 +9,15 @@ Arrow; any other input goes through updates.normalise (a projection Catalyst fol
 local rows). Linear chains run on Arrow (executor/expressions.py) or as kernels on the
 arrays, else as Spark expressions over the local rows. Arrangements, joins, the reduce family
 (executor/reduce_host.py) and conjunctive queries run against host mirrors of the traces
-(executor/mirror.py). Outputs come back as Arrow.
+(executor/mirror.py). An iterate runs round by round at product times, each round a walk of
+this same evaluator over the body (`_iterate`; reductions there by executor/reduce_product.py
+`host_delta`). Outputs come back as Arrow.
 
 Spark stays the reference and the state: traces receive the host's updates when Spark next
 reads them. A step runs on Spark instead when it is big, when the plan holds another operator
-(iterate, imports), when updates wait for later times, under durable state, or when a value
-has no code (`Unsupported`, raised before anything is committed). Tests run every operator
-both ways.
+(imports, a query inside an iterate), when updates wait for later times, under durable
+state, or when a value has no code (`Unsupported`, raised before anything is committed).
+Tests run every operator both ways.
 """
 from __future__ import annotations
 

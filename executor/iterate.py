@@ -10,7 +10,7 @@ result at iteration i, less the input at iteration 0, is the variable's change a
 i+1. The step is done when no change and nothing held back remains; the scope's output is
 the result summed over iterations, per epoch. Outer collections enter at iteration 0 by a
 projection, so an outer arrangement is read in place (its partitioning survives), never
-copied.
+copied. The driver placement runs the same rule on arrays (executor/host.py `_iterate`).
 """
 from __future__ import annotations
 

@@ -10,7 +10,9 @@ local rows). Linear chains run on Arrow (executor/expressions.py) or as kernels 
 arrays, else as Spark expressions over the local rows. Arrangements, joins, the reduce family
 (executor/reduce_host.py) and conjunctive queries run against host mirrors of the traces
 (executor/mirror.py); so does another runner's arrangement a plan imports (its reader's hold
-kept as on Spark). Outputs come back as Arrow. Under durable state the step's new frames are
+kept as on Spark). An iterate runs round by round at product times, each round a walk of
+this same evaluator over the body (`_iterate`; reductions there by executor/reduce_product.py
+`host_delta`). Outputs come back as Arrow. Under durable state the step's new frames are
 committed as Arrow tables (executor/state.py), with no Spark job.
 
 Updates that stages move to times at or after `upto` are held (DESIGN.md section 4): an
@@ -20,13 +22,17 @@ read the other's), released when the frontier passes them.
 
 Spark stays the reference and the state: traces receive the host's updates when Spark next
 reads them. A step runs on Spark instead when it is big, when the plan holds another operator
-(iterate), or when a value has no code (`Unsupported`, raised before anything is
+(a query inside an iterate), when an iterate's input holds updates for later times, or
+when a value has no code (`Unsupported`, raised before anything is
 committed). Tests run every operator both ways.
 """
 from __future__ import annotations
 
+import copy
 import os
-from dataclasses import dataclass
+import time as clock
+from collections import ChainMap
+from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Optional
 
@@ -34,76 +40,45 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import LongType, StructField, StructType
+from pyspark.sql.types import StructField, StructType
 
-from gpu_kernels import consolidate, multiply_diffs, namespace, neighbours, to_numpy
+from gpu_kernels import consolidate, join_times, multiply_diffs, namespace, neighbours
 from plans import ir
 from plans import query as cq
 from plans.ir import PlanError
 
-from . import delta_rules, expressions, join, kernels, linear, reduce_host, totals
-from .config import host_mirror_rows, host_step_rows
+from . import (delta_rules, expressions, iterate, join, kernels, linear, reduce_host,
+               reduce_product, totals)
+from .changes import Changes, Unsupported, updates_schema
+from .config import host_mirror_rows, host_step_rows, max_rounds
 from .encoding import NULL_CODE, NoCode, fits
 from .mirror import Mirror, run_of
 from .spine import as_table
 from .state import arrow_digest
-from .time import DIFF, INFINITY, TIME
+from .time import DIFF, INFINITY, ITERATION, TIME
 from .trace import Trace
 from .updates import CsvSource, normalise, read_source
 
 _INTEGRAL = ("byte", "short", "integer", "long")
 _HOSTED = (ir.Input, ir.Linear, ir.Concat, ir.Consolidate, ir.Arrange, ir.Imported, ir.Join,
-           ir.Query, ir.Reduce)
-
-
-class Unsupported(Exception):
-    """This step cannot run on the host: the runner runs it on Spark."""
+           ir.Query, ir.Reduce, ir.Iterate, ir.Variable)
 
 
 def supports(runner) -> bool:
     """Whether the runner's plan can ever step on the host."""
     if host_step_rows(runner.conf) == 0:
         return False
-    return all(isinstance(node, _HOSTED) for node in ir.topological(runner.plan.values()))
+    return all(isinstance(node, _HOSTED) for node in _every_node(runner.plan.values()))
 
 
-@dataclass
-class Changes:
-    """A step's updates on the host: record columns as int64 codes (executor/encoding.py),
-    time and diff, with the Spark schema they stand for (records, time, diff)."""
-
-    schema: StructType
-    cols: list
-    t: object
-    d: object
-
-    @property
-    def names(self) -> list[str]:
-        return [f.name for f in self.schema.fields[:-2]]
-
-    def col(self, name: str):
-        return self.cols[self.names.index(name)]
-
-    def table(self, xp, encoder) -> pa.Table:
-        """The updates as Arrow, their values decoded."""
-        arrow = to_arrow_schema(self.schema)
-        records = [encoder.decode(to_numpy(xp, c), f.dataType)
-                   for c, f in zip(self.cols, self.schema.fields)]
-        times = [pa.array(to_numpy(xp, a)) for a in (self.t, self.d)]
-        return pa.Table.from_arrays(records + times, schema=arrow)
-
-    @property
-    def size(self) -> int:
-        return int(self.t.shape[0])
-
-    def take(self, xp, rows) -> "Changes":
-        return Changes(self.schema, [xp.take(c, rows) for c in self.cols], xp.take(self.t, rows),
-                       xp.take(self.d, rows))
-
-
-def _updates_schema(records: list[StructField]) -> StructType:
-    return StructType(records + [StructField(TIME, LongType(), False),
-                                 StructField(DIFF, LongType(), False)])
+def _every_node(roots) -> list[ir.Node]:
+    """The plan's nodes, iterate bodies included."""
+    out = []
+    for node in ir.topological(roots):
+        if isinstance(node, ir.Iterate):
+            out += _every_node([node.body])
+        out.append(node)
+    return out
 
 
 @dataclass
@@ -132,6 +107,8 @@ class HostStep:
         self.commits: dict = {}
         self.holds: list = []  # (TraceHandle, since) per import read (Runner._advance)
         self.pending: dict = {}  # as `held`, after the step (None: nothing waits)
+        self.state = runner._state  # the traces operators read (a scope's over them in a round)
+        self.scope: Optional[_Scope] = None  # the iterate scope whose round this walk is
 
     # ------------------------------------------------------------------ values
     def changes(self, node: ir.Node) -> Changes:
@@ -167,7 +144,10 @@ class HostStep:
 
     def value(self, node: ir.Node):
         if node not in self.memo:
-            self.memo[node] = self._evaluate(node)
+            value = self._evaluate(node)
+            if self.scope is not None and isinstance(node, (ir.Join, ir.Reduce)):
+                value = self.scope.admit(self, node, value)
+            self.memo[node] = value
         return self.memo[node]
 
     def _evaluate(self, node: ir.Node):
@@ -178,7 +158,7 @@ class HostStep:
                 return self.empty(schema)
             return self._encoded(source, schema) if isinstance(source, pa.Table) else source
         if isinstance(node, ir.Linear):
-            return self._linear(node)
+            return self._linear(node) if self.scope is None else self._inner_linear(node)
         if isinstance(node, ir.Concat):
             return self._concat([self.changes(c) for c in node.children()])
         if isinstance(node, ir.Consolidate):
@@ -191,17 +171,20 @@ class HostStep:
             return self._reduce(node)
         if isinstance(node, ir.Join):
             return self._join(node)
-        if isinstance(node, ir.Query):
+        if isinstance(node, ir.Query) and self.scope is None:
             return self._query(node)
+        if isinstance(node, ir.Iterate):
+            return self._iterate(node)
         raise Unsupported(node.label())
 
-    def _linear(self, node: ir.Linear):
+    def _linear(self, node: ir.Linear, source=None, schema: Optional[StructType] = None):
         """A fused chain, run by run: expression stages on Arrow (executor/expressions.py)
         where they compile and Spark's answer is reproduced, otherwise Spark's expressions
         over the local rows (Catalyst on the driver); kernel stages on the arrays
         (executor/kernels.py). Stages that set times join them with the update's, as on
-        Spark; what lands at or after upto is held by the operators downstream."""
-        value = self.changes(node.input)
+        Spark; what lands at or after upto is held by the operators downstream. `source` and
+        `schema` replace the node's input and schema."""
+        value = self.changes(node.input) if source is None else source
         for is_kernel, run in groupby(node.stages, key=lambda s: isinstance(s, ir.Kernel)):
             run, table = tuple(run), self._table(value)
             if is_kernel:
@@ -212,7 +195,7 @@ class HostStep:
             except (expressions.NotCompiled, expressions.Fallback):
                 value = linear.apply(self.spark.createDataFrame(table), run, [TIME],
                                      self.runner.backend)
-        return self._encoded(value, self.runner.node_schemas[node]) \
+        return self._encoded(value, schema or self.runner.node_schemas[node]) \
             if isinstance(value, pa.Table) else value
 
     def _kernels(self, table: pa.Table, run: tuple) -> pa.Table:
@@ -233,19 +216,37 @@ class HostStep:
             return value.table(self.xp, self.encoder)
         return value if isinstance(value, pa.Table) else _rows(value)
 
+    def _inner_linear(self, node: ir.Linear) -> Changes:
+        """A chain inside an iterate scope. The body refuses stages that set times, so every
+        output row keeps the times of the input row it came from: the chain runs with the
+        row's index (below any upto) as its only time, and rows take their times back by it."""
+        xp, source = self.xp, self.changes(node.input)
+        n = source.size
+        index = xp.arange(n, dtype=xp.int64) - n
+        records = source.schema.fields[:len(source.names)]
+        schema = self.runner.node_schemas[node]
+        out = self._linear(node, Changes(updates_schema(records), source.cols, index, source.d),
+                           updates_schema(schema.fields[:-3]))
+        out = out if isinstance(out, Changes) else self._encoded(_rows(out), out.schema)
+        rows = out.t + n
+        return Changes.of(schema, out.cols, [xp.take(c, rows) for c in source.times], out.d)
+
     def empty(self, schema: StructType) -> Changes:
         none = self.xp.zeros(0, dtype=self.xp.int64)
-        return Changes(schema, [none for _ in schema.fields[:-2]], none, none)
+        k = 2 if ITERATION in schema.fieldNames() else 1
+        return Changes.of(schema, [none for _ in schema.fields[:-1 - k]], [none] * k, none)
 
     def _concat(self, parts: list[Changes]) -> Changes:
         xp = self.xp
-        return Changes(parts[0].schema,
-                       [xp.concat([p.col(n) for p in parts]) for n in parts[0].names],
-                       xp.concat([p.t for p in parts]), xp.concat([p.d for p in parts]))
+        return Changes.of(parts[0].schema,
+                          [xp.concat([p.col(n) for p in parts]) for n in parts[0].names],
+                          [xp.concat(ts) for ts in zip(*(p.times for p in parts))],
+                          xp.concat([p.d for p in parts]))
 
     def _consolidated(self, c: Changes) -> Changes:
-        keys, d = consolidate(self.xp, [*c.cols, c.t], c.d)
-        return Changes(c.schema, keys[:-1], keys[-1], d)
+        keys, d = consolidate(self.xp, [*c.cols, *c.times], c.d)
+        n = len(c.cols)
+        return Changes.of(c.schema, keys[:n], keys[n:], d)
 
     def delta(self, changes: Changes) -> Optional[tuple]:
         """(rows, a function decoding `changes` to Arrow) for a durable runner's state
@@ -276,20 +277,24 @@ class HostStep:
         """The step's updates as the arrangement's new batch; the new mirror holds them.
         An arrangement that only counts read holds its key columns alone (executor/running.py):
         their diffs summed per key are the count's totals, which the count appends as its
-        updates fall due (executor/totals.py), as on Spark."""
+        updates fall due (executor/totals.py), as on Spark. An arrangement inside an iterate
+        scope keeps the iteration as its mirror's last column and compacts only the outer
+        time, to lower - 1: rounds still tell the step's epochs and every iteration apart."""
         runner = self.runner
         batch = self._consolidated(self.changes(node.input))
         keys = list(node.keys) if node.keys is not None else batch.names
-        trace = runner._state.get(node) or Trace(keys, [TIME], runner.partitions)
-        since = trace.next_since(self.upto - 1)
+        inner = [ITERATION] if batch.inner else []
+        trace = self.state.get(node) or Trace(keys, [TIME, *inner], runner.partitions)
+        since = trace.next_since((self.upto if self.scope is None else self.lower) - 1)
         if node in runner._counted:  # the count appends its due updates (executor/totals.py)
             old = self.mirror(node, trace, keys, len(keys), _projected(batch, keys).schema)
             self.views[node] = _View(trace, old, batch, None)
             self.commits[node] = trace.host_appended(old, self.upto, since)
             return batch
-        columns = keys + [c for c in batch.names if c not in keys]
+        columns = keys + [c for c in batch.names if c not in keys] + inner
         old = self.mirror(node, trace, columns, len(keys), batch.schema)
-        run = run_of(self.xp, [batch.col(c) for c in columns], batch.t, batch.d)
+        run = run_of(self.xp, [*map(batch.col, columns[:len(columns) - len(inner)]),
+                               *batch.inner], batch.t, batch.d)
         self.views[node] = _View(trace, old, batch, old.reading(run))
         self.commits[node] = trace.host_appended(old.appended(run, since), self.upto, since,
                                                  self.delta(batch))
@@ -327,6 +332,8 @@ class HostStep:
         upto are reduced; the rest wait (`_due`), though the trace already holds them."""
         self.value(node.input)
         view = self.views[node.input]
+        if self.scope is not None:
+            return self._consolidated(reduce_product.host_delta(self, node, view))
         ready = self._due(node, view.batch)
         family = totals if totals.applies(node, view) else reduce_host
         return self._consolidated(family.delta(self, node, view, ready))
@@ -341,37 +348,97 @@ class HostStep:
         lrec, rrec = left.batch.names, right.batch.names
         out = join.output_columns(node, lrec, rrec)
         on = list(node.on)
-        fields = {f.name: f for f in right.batch.schema.fields[:-2]}
-        fields |= {f.name: f for f in left.batch.schema.fields[:-2]}
-        parts = [self._pairs(on, _columns(left.batch), _found(right.read, left.batch, on), lrec,
-                             out),
-                 self._pairs(on, _found(left.old, right.batch, on), _columns(right.batch), lrec,
-                             out)]
-        schema = _updates_schema([fields[c] for c in out])
-        return self._concat([Changes(schema, *p) for p in parts])
+        fields = {f.name: f for f in right.batch.schema.fields[:len(rrec)]}
+        fields |= {f.name: f for f in left.batch.schema.fields[:len(lrec)]}
+        k = len(left.batch.times)
+        parts = [self._pairs(on, _columns(left.batch), _found(right.read, left.batch, on, k),
+                             lrec, out),
+                 self._pairs(on, _found(left.old, right.batch, on, k), _columns(right.batch),
+                             lrec, out)]
+        schema = updates_schema([fields[c] for c in out], k > 1)
+        return self._concat([Changes.of(schema, *p) for p in parts])
 
     def _pairs(self, on: list[str], a: tuple, b: tuple, lrec: list[str], out: list[str]):
-        """(columns, time, diff) of every pair of a's and b's updates with equal keys:
+        """(columns, times, diff) of every pair of a's and b's updates with equal keys:
         columns from a where a has them, times joined, diffs multiplied."""
         xp = self.xp
         (acols, at, ad), (bcols, bt, bd) = a, b
-        live = xp.ones(at.shape[0], dtype=xp.bool)
+        live = xp.ones(ad.shape[0], dtype=xp.bool)
         for k in on:  # a null key joins nothing (Spark's `=`)
             live = xp.logical_and(live, acols[k] != NULL_CODE)
         if not bool(xp.all(live)):
             rows = xp.nonzero(live)[0]
             acols = {c: xp.take(v, rows) for c, v in acols.items()}
-            at, ad = xp.take(at, rows), xp.take(ad, rows)
+            at, ad = [xp.take(x, rows) for x in at], xp.take(ad, rows)
         acode, bcode = delta_rules.codes(xp, [acols[k] for k in on], [bcols[k] for k in on],
-                                         at.shape[0], bt.shape[0])
+                                         ad.shape[0], bd.shape[0])
         order = xp.argsort(bcode)
         ordered = xp.take(bcode, order)
         lo = xp.searchsorted(ordered, acode, side="left")
         hi = xp.searchsorted(ordered, acode, side="right")
         i, j = neighbours(xp, order, lo, hi)
         cols = [xp.take(acols[c], i) if c in lrec else xp.take(bcols[c], j) for c in out]
-        t = xp.maximum(xp.take(at, i), xp.take(bt, j))
-        return cols, t, multiply_diffs(xp, xp.take(ad, i), xp.take(bd, j))
+        t = join_times(xp, tuple(xp.take(x, i) for x in at), tuple(xp.take(x, j) for x in bt))
+        return cols, list(t), multiply_diffs(xp, xp.take(ad, i), xp.take(bd, j))
+
+    # ------------------------------------------------------------------ iterate
+    def _iterate(self, node: ir.Iterate) -> Changes:
+        """The scope's rounds (the rule is executor/iterate.py's): round i walks the body with
+        this same evaluator over the variable's changes at iteration i, all of the step's
+        epochs together; the result at i less the input at iteration 0 is the variable's
+        change at i + 1. Done when nothing changes and nothing is held back; the output is
+        the result summed over iterations, per epoch."""
+        xp, schema = self.xp, self.runner.node_schemas[node]
+        _, outer = ir.scope_of(node)
+        x = self.changes(node.input)
+        entering = [self.changes(o) for o in outer]  # evaluated before the rounds
+        if any(bool(xp.any(c.t >= self.upto)) for c in [x, *entering]):
+            raise Unsupported(f"{node.label()}: its inputs hold updates for later times")
+        entering = [c.size for c in entering]
+        if not x.size and not any(entering):
+            return self.empty(schema)  # nothing entered: the fixed point stays
+        limit = max_rounds(self.runner.conf)
+        scope = _Scope(node, xp)
+        start = _entered(xp, x)
+        var, leave, seconds = start, [x], []
+        while True:
+            if scope.round >= limit:
+                raise iterate.divergence(node, limit)
+            began = clock.perf_counter()
+            result = self._round(scope, var, outer).changes(node.body)
+            if scope.round == 0:  # the variable was the input at iteration 0
+                result = self._concat([result, Changes.of(result.schema, start.cols,
+                                                          start.times, -start.d)])
+            var = self._consolidated(result)
+            var.inner[-1] = var.inner[-1] + 1
+            leave.append(Changes(x.schema, var.cols, var.t, var.d))
+            seconds.append(clock.perf_counter() - began)
+            waiting = scope.waiting()
+            if not var.size and waiting is None:
+                break
+            scope.round = scope.round + 1 if var.size else waiting
+        self.commits.update(scope.traces)
+        self.runner.rounds[node.label()] = seconds
+        out = self._concat(leave)
+        return self._consolidated(Changes(schema, out.cols, out.t, out.d))
+
+    def _round(self, scope: "_Scope", var: Changes, outer) -> "HostStep":
+        """The walk of one round: the variable's changes; outer collections entered at
+        iteration 0 without copying, their changes in round 0 only; outer arrangements'
+        mirrors read in place (at iteration 0); the scope's traces over the runner's."""
+        xp = self.xp
+        rs = copy.copy(self)
+        rs.memo, rs.views, rs.commits = {scope.node.variable: var}, {}, scope.traces
+        rs.state, rs.scope = ChainMap(scope.traces, self.runner._state), scope
+        for o in outer:
+            c = self.changes(o)
+            rs.memo[o] = _entered(xp, c if scope.round == 0 else
+                                  c.take(xp, xp.zeros(0, dtype=xp.int64)))
+            view = self.views.get(o)
+            if view is not None:
+                rs.views[o] = _View(view.trace, view.old if scope.round == 0 else view.read,
+                                    rs.memo[o], view.read)
+        return rs
 
     # ------------------------------------------------------------------ queries
     def _query(self, node: ir.Query) -> Changes:
@@ -417,13 +484,63 @@ class HostStep:
         for v in node.query.head:
             r, k = node.query.binding(v)
             fields.append(StructField(v, inputs[r].schema.fields[k].dataType, False))
-        return Changes(_updates_schema(fields), list(cols), t, d)
+        return Changes(updates_schema(fields), list(cols), t, d)
 
     # ------------------------------------------------------------------ the step
     def outputs(self) -> dict[str, Changes]:
         """Each output's changes before upto (the rest held)."""
         return {name: self._consolidated(self._due(name, self.changes(node)))
                 for name, node in self.runner.plan.items()}
+
+
+@dataclass
+class _Scope:
+    """One step of one iterate on the driver: the round, the traces its rounds append to,
+    the joins' and reductions' changes held for later iterations, and what each reduction
+    emitted this step at iterations a later round may still correct."""
+
+    node: ir.Iterate
+    xp: object
+    round: int = 0
+    traces: dict = field(default_factory=dict)
+    held: dict = field(default_factory=dict)
+    emitted: dict = field(default_factory=dict)
+
+    def admit(self, step: HostStep, node: ir.Node, value: Changes) -> Changes:
+        """A join's or reduction's changes at later iterations wait for their round; what
+        waited for this one joins in."""
+        xp = self.xp
+        if isinstance(node, ir.Reduce):
+            self.emitted[node] = step._concat([self.emitted[node], value]) \
+                if node in self.emitted else value
+        held = self.held.pop(node, None)
+        if held is not None:
+            value = step._concat([value, held])
+        later = value.inner[-1] > self.round
+        if bool(xp.any(later)):
+            self.held[node] = value.take(xp, xp.nonzero(later)[0])
+            value = value.take(xp, xp.nonzero(xp.logical_not(later))[0])
+        return value
+
+    def emitted_since(self, node: ir.Reduce) -> Optional[Changes]:
+        """The reduction's changes of this step's rounds at iterations from this round on
+        (the only ones a round corrects; the rest are dropped)."""
+        xp, c = self.xp, self.emitted.get(node)
+        if c is not None:
+            c = self.emitted[node] = c.take(xp, xp.nonzero(c.inner[-1] >= self.round)[0])
+        return c
+
+    def waiting(self) -> Optional[int]:
+        """The least iteration of a held change (None when nothing is held)."""
+        least = [int(self.xp.min(c.inner[-1])) for c in self.held.values()]
+        return min(least) if least else None
+
+
+def _entered(xp, c: Changes) -> Changes:
+    """Outer changes at iteration 0 of a scope: the same arrays, a time coordinate more."""
+    return Changes.of(updates_schema(c.schema.fields[:len(c.names)], True), c.cols,
+                      [c.t, xp.zeros_like(c.t)], c.d)
+
 
 
 def _rows(df: DataFrame) -> pa.Table:
@@ -437,20 +554,24 @@ def _rows(df: DataFrame) -> pa.Table:
 
 
 def _columns(c: Changes) -> tuple:
-    """A batch as ({column: array}, time, diff)."""
-    return dict(zip(c.names, c.cols)), c.t, c.d
+    """A batch as ({column: array}, times, diff)."""
+    return dict(zip(c.names, c.cols)), c.times, c.d
 
 
-def _found(mirror: Mirror, batch: Changes, on: list[str]) -> tuple:
-    """The mirror's updates under the batch's keys, as ({column: array}, time, diff)."""
-    run = mirror.rows([batch.col(k) for k in on])
-    return dict(zip(mirror.columns, run.cols)), run.t, run.d
+def _found(mirror: Mirror, batch: Changes, on: list[str], k: int) -> tuple:
+    """The mirror's updates under the batch's keys, as ({column: array}, k times, diff): an
+    outer mirror read inside a scope is at iteration 0."""
+    run = mirror.rows([batch.col(c) for c in on])
+    cols = dict(zip(mirror.columns, run.cols))
+    inner = cols.pop(ITERATION, None)
+    times = [run.t] if k == 1 else [run.t, run.t * 0 if inner is None else inner]
+    return cols, times, run.d
 
 
 def _projected(c: Changes, columns: list[str]) -> Changes:
     """The updates of some of the record columns."""
     fields = {f.name: f for f in c.schema.fields}
-    return Changes(_updates_schema([fields[n] for n in columns]), [c.col(n) for n in columns],
+    return Changes(updates_schema([fields[n] for n in columns]), [c.col(n) for n in columns],
                    c.t, c.d)
 
 
@@ -470,6 +591,9 @@ class Done:
 def step(runner, updates: dict, upto: Optional[int]) -> Optional[Done]:
     """The step run on the driver, or None when it must run on Spark. upto None (close)
     releases everything held. Input errors raise InputError before anything changes."""
+    if runner._store is not None and any(isinstance(n, ir.Iterate)
+                                         for n in ir.topological(runner.plan.values())):
+        return None  # a durable iterate's scope traces are written by its Spark steps
     limit = host_step_rows(runner.conf)
     if any(isinstance(s, (str, os.PathLike, CsvSource)) for s in updates.values()):
         return None  # files are read by Spark
@@ -553,7 +677,7 @@ def _ready(table: pa.Table, schema: StructType, frontier: int, upto: int) -> Opt
     if n and (t.min() < frontier or t.max() >= upto or d.min() == np.iinfo(np.int64).min
               or float(np.abs(d).sum(dtype=np.float64)) >= 2.0 ** 62):
         return None
-    return pa.Table.from_arrays(columns, schema=to_arrow_schema(_updates_schema(
+    return pa.Table.from_arrays(columns, schema=to_arrow_schema(updates_schema(
         list(schema.fields))))
 
 

@@ -10,7 +10,7 @@ result at iteration i, less the input at iteration 0, is the variable's change a
 i+1. The step is done when no change and nothing held back remains; the scope's output is
 the result summed over iterations, per epoch. Outer collections enter at iteration 0 by a
 projection, so an outer arrangement is read in place (its partitioning survives), never
-copied.
+copied. The driver placement runs the same rule on arrays (executor/host.py `_iterate`).
 """
 from __future__ import annotations
 
@@ -47,6 +47,13 @@ def run(runner, node: ir.Iterate, kids: list[DataFrame], step) -> DataFrame:
     return out
 
 
+def divergence(node: ir.Iterate, limit: int) -> StepError:
+    """The refusal of a step whose iterate found no fixed point in `limit` rounds."""
+    return StepError(f"step refused, nothing changed: {node.label()} found no fixed point in "
+                     f"{limit} rounds (rule: {MAX_ROUNDS_KEY}={limit}; raise it, or check "
+                     f"that the body converges)")
+
+
 def enter(df: DataFrame, time_cols: list[str], iteration: int = 0) -> DataFrame:
     """An update stream at `iteration` of the scope: a projection, so arranged batches keep
     their partitioning and order."""
@@ -75,7 +82,10 @@ class Scope:
         """Build one round on empty inputs (no jobs) to check the body keeps the
         variable's columns and types."""
         var = enter(self.x, self.step.time_cols)
-        result = self.runner._build(self.node.body, self._round_step(var, False))
+        rs = self._round_step(var, False)
+        result = self.runner._build(self.node.body, rs)
+        inner, _ = ir.scope_of(self.node)  # their schemas, for the driver (executor/host.py)
+        self.step.memo.update({n: rs.memo[n] for n in inner if n in rs.memo})
         want, got = (_record_types(df, self.time_cols) for df in (var, result))
         if [(n.lower(), t) for n, t in want] != [(n.lower(), t) for n, t in got]:
             raise PlanError(f"{self.node.label()}: the body returns ({_ddl(got)}) but the "
@@ -108,9 +118,7 @@ class Scope:
         leave = [self.x]
         while True:
             if self.round >= limit:
-                raise StepError(f"step refused, nothing changed: {self.node.label()} found no "
-                                f"fixed point in {limit} rounds (rule: {MAX_ROUNDS_KEY}="
-                                f"{limit}; raise it, or check that the body converges)")
+                raise divergence(self.node, limit)
             began = clock.perf_counter()
             rs = self._round_step(var, var_empty)
             result = self.runner._build(self.node.body, rs)

@@ -23,7 +23,7 @@ def late(plan: dict) -> set:
     for n in ir.topological(plan.values()):
         if isinstance(n, (ir.Input, ir.Imported)) or isinstance(n, _HOLD):
             continue
-        keeps = isinstance(n, (ir.Concat, ir.Consolidate, ir.Arrange, ir.Join)) or (
+        keeps = isinstance(n, (ir.Concat, ir.Consolidate, ir.Arrange, ir.Join, ir.Iterate)) or (
             isinstance(n, ir.Linear) and all(isinstance(s, _KEEP) for s in n.stages))
         if not keeps or any(c in out for c in n.children()):
             out.add(n)

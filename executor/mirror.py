@@ -94,7 +94,6 @@ class Mirror:
         """A new mirror with `run` added; merges advance times below `since`."""
         if not run.size:
             return self
-        xp = self.xp
         spine = Spine(lambda r, _: self._compacted(r, since), 4, self._concat)
         spine.batches = list(self.spine.batches)
         return self._with(spine.appended(run, run.size))
@@ -107,13 +106,14 @@ class Mirror:
         return self._with(spine)
 
     def table(self) -> pa.Table:
-        """Every update held, decoded to Arrow in the trace's column order."""
+        """Every update held, decoded to Arrow in the trace's column order (an iterate
+        scope's iteration is one of the mirror's columns)."""
         run = self.all()
-        fields = self.schema.fields
-        records = [self.encoder.decode(to_numpy(self.xp, run.cols[self.columns.index(f.name)]),
-                                       f.dataType) for f in fields[:-2]]
-        times = [pa.array(to_numpy(self.xp, a), type=pa.int64()) for a in (run.t, run.d)]
-        return pa.Table.from_arrays(records + times, schema=to_arrow_schema(self.schema))
+        raw = {TIME: run.t, DIFF: run.d}
+        arrays = [pa.array(to_numpy(self.xp, raw[f.name]), type=pa.int64()) if f.name in raw
+                  else self.encoder.decode(to_numpy(self.xp, run.cols[self.columns.index(f.name)]),
+                                           f.dataType) for f in self.schema.fields]
+        return pa.Table.from_arrays(arrays, schema=to_arrow_schema(self.schema))
 
     def below(self, upper: int) -> "Mirror":
         """The same runs, read only at times below `upper` (filtered per lookup: no copy)."""

@@ -24,6 +24,7 @@ from plans import ir
 from plans.reduce_kernel import call_reduce_kernel
 
 from . import expressions
+from .changes import Changes, Unsupported
 from .encoding import NULL_CODE, float_codes, float_values, order_keys, rank
 from .time import DIFF, TIME
 
@@ -34,9 +35,8 @@ def delta(step, node: ir.Reduce, view, ready):
     """The reduction's changes for the step (unconsolidated Changes in the node's schema):
     at the times of `ready` (the updates due before upto). The history is the trace's
     (mirror and step batch); its updates at later times fall after every grid time."""
-    from .host import Changes, Unsupported
 
-    xp, red, batch, old = step.xp, node.reduction, view.batch, view.old
+    xp, batch, old = step.xp, view.batch, view.old
     schema = step.runner.node_schemas[node]
     if ready.size == 0:
         return step.empty(schema)
@@ -68,10 +68,7 @@ def delta(step, node: ir.Reduce, view, ready):
     acc, m = consolidate(xp, [grid, *[xp.take(c, row) for c in cols]], xp.take(d, row))
     g, acc = acc[0], dict(zip(columns, acc[1:]))
     records = [f.name for f in batch.schema.fields[:-2]]
-    try:
-        out_g, out, out_m = _REDUCE[red.kind](step, node, g, acc, m, kinds, records, schema)
-    except DiffOverflow:
-        raise Unsupported(f"{node.label()}: an int64 overflow (Spark reports it)") from None
+    out_g, out, out_m = reduced(step, node, g, acc, m, kinds, records, schema)
 
     # each result at its grid time, retracted at the key's next grid time
     n = gk.shape[0]
@@ -84,6 +81,17 @@ def delta(step, node: ir.Reduce, view, ready):
                    xp.concat([xp.take(gt, xp.take(out_g, now)),
                               xp.take(gt, xp.take(later, nxt))]),
                    xp.concat([xp.take(out_m, now), -xp.take(out_m, nxt)]))
+
+
+def reduced(step, node: ir.Reduce, g, acc: dict, m, kinds: dict, records: list, schema):
+    """The reduction of every group of accumulated rows (group entry g, {column: codes},
+    multiplicity m; sorted by g): (group entry, {output column: codes}, multiplicity) per
+    output record."""
+
+    try:
+        return _REDUCE[node.reduction.kind](step, node, g, acc, m, kinds, records, schema)
+    except DiffOverflow:
+        raise Unsupported(f"{node.label()}: an int64 overflow (Spark reports it)") from None
 
 
 def _ids(xp, keys: list, n: int):
@@ -129,7 +137,6 @@ def _sum(step, node, g, acc, m, kinds, records, schema):
     """A DOUBLE sum, over its group at each time: float addition depends on its order, so a
     running total would drift from the sum of the group. Also the keys of an exact sum that
     its totals cannot decide (executor/totals.py)."""
-    from .host import Unsupported
 
     xp, column = step.xp, node.reduction.column
     kind = kinds[column]

@@ -21,8 +21,11 @@ from functools import reduce as fold
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from gpu_kernels import consolidate as consolidate_arrays
+from gpu_kernels import group_starts, neighbours, sort_by
 from plans import ir
 
+from .changes import Changes
 from .consolidate import consolidate
 from .linear import q, record_columns
 from .reduce import M, _all, equality, output
@@ -110,3 +113,105 @@ def _differences(out: DataFrame, grid: DataFrame, keys: list[str], out_records, 
                                      corner(ge, ni, -1), corner(ne, ni, 1)))
     recs = [F.col(f"o.{q(c)}").alias(c) for c in out_records]
     return o.join(g, _all(cond), "inner").select(*recs, F.inline(signed))
+
+
+# ---------------------------------------------------------------------- the driver placement
+def host_delta(step, node: ir.Reduce, view):
+    """The round's corrections of the reduction's output on the driver (Changes at product
+    times, unconsolidated): the rule above on arrays, every grid point reduced at once by
+    executor/reduce_host.py's per-group reductions. `view.old` holds the key's history with
+    the iteration as its mirror's last column (executor/host.py `_arrange`)."""
+    from .reduce_host import _ids, reduced
+
+    xp, scope, lower = step.xp, step.scope, step.lower
+    round_, schema, batch, old = scope.round, step.runner.node_schemas[node], view.batch, view.old
+    if not batch.size:
+        return step.empty(schema)
+    columns, nkeys = old.columns[:-1], old.nkeys
+    fresh = [*map(batch.col, columns), *batch.inner]
+    held = old.rows(fresh[:nkeys])
+    cols = [xp.concat([h, b]) for h, b in zip(held.cols, fresh)]
+    it = cols.pop()
+    epoch = xp.maximum(xp.concat([held.t, batch.t]), xp.asarray(lower - 1, dtype=xp.int64))
+    d = xp.concat([held.d, batch.d])
+    n = d.shape[0]
+    kid = _ids(xp, cols[:nkeys], n)  # every row is of a touched key: ids 0..keys-1
+    nk = int(xp.max(kid)) + 1
+
+    # each key's grid: its epochs x its iterations from the round's predecessor on
+    ones = xp.ones_like(d)
+    (ek, ev), _ = consolidate_arrays(xp, [kid, epoch], ones)
+    (ik, iv), _ = consolidate_arrays(xp, [kid, it], ones)
+    follows = xp.concat([ik[1:] == ik[:-1], xp.asarray([False])])
+    next_it = xp.concat([iv[1:], xp.asarray([0], dtype=xp.int64)])
+    keep = (iv >= round_) | xp.logical_not(follows) | (next_it >= round_)
+    kept_before = xp.cumulative_sum(xp.astype(keep, xp.int64), include_initial=True)
+    kept = xp.nonzero(keep)[0]
+    ik, iv = xp.take(ik, kept), xp.take(iv, kept)
+    keys = xp.arange(nk + 1, dtype=xp.int64)
+    e0, i0 = xp.searchsorted(ek, keys), xp.searchsorted(ik, keys)
+    ne, ni = e0[1:] - e0[:-1], i0[1:] - i0[:-1]
+    first_cell = xp.cumulative_sum(ne * ni, include_initial=True)
+
+    # every row at each grid point at or after it (epoch and iteration)
+    a0 = _ids(xp, [kid, epoch], n) - xp.take(e0, kid)
+    b0 = xp.take(kept_before, _ids(xp, [kid, it], n)) - xp.take(i0, kid)
+    width = xp.take(ni, kid) - b0
+    count = (xp.take(ne, kid) - a0) * width
+    row, j = neighbours(xp, xp.arange(int(xp.max(count)), dtype=xp.int64),
+                        xp.zeros_like(count), count)
+    w = xp.take(width, row)
+    r_kid = xp.take(kid, row)
+    cell = xp.take(first_cell, r_kid) + (xp.take(a0, row) + j // w) * xp.take(ni, r_kid) \
+        + xp.take(b0, row) + j % w
+    acc, m = consolidate_arrays(xp, [cell, *[xp.take(c, row) for c in cols]], xp.take(d, row))
+    kinds = {f.name: f.dataType for f in batch.schema.fields}
+    out_g, out, out_m = reduced(step, node, acc[0], dict(zip(columns, acc[1:])), m, kinds,
+                                batch.names, schema)
+
+    # each result as its 2-D differences, where this round may change them
+    gk = xp.searchsorted(first_cell, out_g, side="right") - 1
+    local = out_g - xp.take(first_cell, gk)
+    span = xp.take(ni, gk)
+    a, b = xp.take(e0, gk) + local // span, xp.take(i0, gk) + local % span
+    has_ne, has_ni = local // span + 1 < xp.take(ne, gk), local % span + 1 < span
+    ge, gi = xp.take(ev, a), xp.take(iv, b)
+    nxt_e = xp.take(ev, xp.minimum(a + 1, ev.shape[0] - 1))
+    nxt_i = xp.take(iv, xp.minimum(b + 1, iv.shape[0] - 1))
+    now_e, now_i = ge >= lower, gi >= round_
+    corners = [(now_e & now_i, ge, gi, out_m), (has_ne & now_i, nxt_e, gi, -out_m),
+               (has_ni & now_e & (nxt_i >= round_), ge, nxt_i, -out_m),
+               (has_ne & has_ni & (nxt_i >= round_), nxt_e, nxt_i, out_m)]
+    names = [f.name for f in schema.fields[:-3]]
+    parts = []
+    for where, t, i, sign in corners:
+        rows = xp.nonzero(where)[0]
+        parts.append(Changes.of(schema, [xp.take(out[c], rows) for c in names],
+                                [xp.take(t, rows), xp.take(i, rows)], xp.take(sign, rows)))
+    before = scope.emitted_since(node)
+    if before is not None:  # less what earlier rounds emitted there
+        key_names = columns[:nkeys]
+        touched = xp.nonzero(_member(xp, [before.col(k) for k in key_names],
+                                    [batch.col(k) for k in key_names]))[0] \
+            if nkeys else xp.arange(before.size, dtype=xp.int64)
+        mine = before.take(xp, touched)
+        parts.append(Changes.of(schema, mine.cols, mine.times, -mine.d))
+    return step._concat(parts)
+
+
+def _member(xp, cols: list, among: list):
+    """Whether each row of `cols` equals some row of `among` (same number of columns)."""
+    n = cols[0].shape[0]
+    if n == 0:
+        return xp.zeros(0, dtype=xp.bool)
+    both = [xp.concat([a, b]) for a, b in zip(cols, among)]
+    total = both[0].shape[0]
+    perm = sort_by(xp, both)
+    starts = group_starts(xp, [xp.take(c, perm) for c in both])
+    group = xp.searchsorted(starts, xp.arange(total, dtype=xp.int64), side="right") - 1
+    # per group of equal rows: how many come from `among` (their positions are >= n)
+    flags = xp.cumulative_sum(xp.astype(perm >= n, xp.int64), include_initial=True)
+    ends = xp.concat([starts[1:], xp.asarray([total], dtype=xp.int64)])
+    hits = xp.take(flags, ends) - xp.take(flags, starts)
+    found = xp.take(xp.take(hits > 0, group), xp.argsort(perm))
+    return found[:n]

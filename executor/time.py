@@ -1,6 +1,8 @@
 """Times on Spark: a time is k BIGINT columns (the outer epoch `time`, then one per nested
 iteration scope), ordered as a product. Operators build their time expressions here instead of
-assuming a single integer, so nested scopes need no operator changes."""
+assuming a single integer, so nested scopes need no operator changes. On arrays (the driver
+placement, kernels) the same lattice ops are gpu_kernels/times.py's: a time is a tuple of k
+int64 arrays."""
 from __future__ import annotations
 
 TIME = "time"

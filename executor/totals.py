@@ -32,6 +32,7 @@ from gpu_kernels import (DiffOverflow, group_starts, multiply_diffs, running_seg
 from plans import ir
 
 from . import reduce_host
+from .changes import Changes, Unsupported, updates_schema
 from .encoding import NULL_CODE
 from .mirror import Mirror, run_of
 
@@ -65,7 +66,6 @@ def delta(step, node: ir.Reduce, view, ready):
     upto; unconsolidated Changes in the node's schema); the new totals go on the
     arrangement's commit. The trace's updates at or after the frontier (held, or due now in
     `ready`) are left out of the totals before the step."""
-    from .host import Changes, Unsupported, _updates_schema
 
     xp, red, batch = step.xp, node.reduction, ready
     schema = step.runner.node_schemas[node]
@@ -90,7 +90,7 @@ def delta(step, node: ir.Reduce, view, ready):
     _bounded(xp, node, now.now[:2])
     since = view.trace.next_since(step.upto - 1)
     if node.input in step.runner._counted:  # the trace is the totals: add the step's
-        added = Changes(_updates_schema([fields[k] for k in keys]), now.keys, now.t,
+        added = Changes(updates_schema([fields[k] for k in keys]), now.keys, now.t,
                         now.step[0])
         step.commits[node.input] = view.trace.host_appended(
             view.old.appended(run_of(xp, now.keys, now.t, now.step[0]), since), step.upto,
@@ -124,7 +124,6 @@ def delta(step, node: ir.Reduce, view, ready):
 
 def _bounded(xp, node: ir.Reduce, totals: list) -> None:
     """Unsupported (the step runs on Spark) where a total reaches BOUND in absolute value."""
-    from .host import Unsupported
 
     if any(bool(xp.any(xp.logical_or(x >= BOUND, x <= -BOUND))) for x in totals):
         raise Unsupported(f"{node.label()}: a total near the int64 range")
@@ -133,7 +132,6 @@ def _bounded(xp, node: ir.Reduce, totals: list) -> None:
 def _emitted(xp, schema, keys, t, now, prev, now_present, prev_present):
     """(keys, value) at each time: the new value (+1) where present now, the previous one
     (-1) where present before."""
-    from .host import Changes
 
     a, b = xp.nonzero(now_present)[0], xp.nonzero(prev_present)[0]
     cols = [xp.concat([xp.take(k, a), xp.take(k, b)]) for k in keys]
@@ -161,7 +159,6 @@ def _terms(xp, red: ir.Reduction, cols: dict, d, kinds: dict) -> list:
 def _kept(step, node: ir.Reduce, view, keys: list[str], kinds: dict) -> list[Mirror]:
     """The reduction's totals of the trace before the step: kept on the trace, or rebuilt
     from its mirror (one pass; kept in place, being the same collection's)."""
-    from .host import Unsupported
 
     red, trace, xp = node.reduction, view.trace, step.xp
     if red in trace.totals:

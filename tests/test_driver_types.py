@@ -7,7 +7,6 @@ import datetime as dt
 from decimal import Decimal
 
 import pyarrow as pa
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql.pandas.types import to_arrow_schema

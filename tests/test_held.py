@@ -7,7 +7,6 @@ way and as Spark frames the other)."""
 from __future__ import annotations
 
 import pyarrow as pa
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

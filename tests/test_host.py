@@ -180,6 +180,14 @@ def test_mirror_rows_equal_brute_force(xp, batches, asked, nkeys):
     assert advanced(rows) == advanced(r for r in held if wanted is None or r[:nkeys] in wanted)
 
 
+def test_member(xp):
+    from executor.reduce_product import _member
+
+    cols = [i64(xp, [1, 2, 2, 3, 1]), i64(xp, [5, 5, 6, 5, 5])]
+    among = [i64(xp, [2, 1, 9]), i64(xp, [6, 5, 9])]
+    assert host(xp, _member(xp, cols, among)) == [True, False, True, False, True]
+
+
 def test_host_steps_keep_one_copy_and_spark_reads_the_mirror(spark, conf):
     """Driver steps keep their updates in the mirror alone (no second copy waiting for
     Spark, however many steps run); a Spark step then reads the mirror, decoded and

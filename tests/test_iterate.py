@@ -1,4 +1,5 @@
-"""Iteration to a fixed point (executor/iterate.py, executor/reduce_product.py).
+"""Iteration to a fixed point (executor/iterate.py, executor/reduce_product.py; on the driver
+placement executor/host.py).
 
 The harness of differential-dataflow's tests/bfs.rs and tests/scc.rs: random graphs whose
 edges and roots come and go over many steps, every output compared at every time with a
@@ -21,6 +22,8 @@ from plans.examples import graphs
 from plans.semantics import accumulate
 
 EDGE, ROOT = "src BIGINT, dst BIGINT", "node BIGINT"
+SPARK_ONLY = {"diffspark.host.step_rows": "0"}
+PLACEMENTS = {"driver": {}, "spark": SPARK_ONLY}
 
 
 # --------------------------------------------------------------------------- recomputation
@@ -78,17 +81,20 @@ def snapshot(updates, t) -> set:
 
 
 def run_graph_stream(spark, conf, stream, optimize=True, outputs=None, per_step=1):
-    """Feed the stream's times `per_step` at a time (a step's epochs then iterate together)."""
+    """Feed the stream's times `per_step` at a time (a step's epochs then iterate together);
+    the runner, its outputs and where each step ran (StepResult.host)."""
     flow = Dataflow()
     graphs.build_all(flow)
     flow.outputs = {n: flow.outputs[n] for n in outputs or flow.outputs}
     runner = Runner(flow, conf=conf, spark=spark, optimize=optimize)
+    hosted = []
     for t in range(0, len(stream), per_step):
         chunk = stream[t:t + per_step]
-        runner.step({"edges": updates_df(spark, EDGE, [u for c in chunk for u in c[0]]),
-                     "roots": updates_df(spark, ROOT, [u for c in chunk for u in c[1]])},
-                    upto=t + len(chunk))
-    return runner, outputs_rows(runner, list(flow.outputs))
+        hosted.append(runner.step(
+            {"edges": updates_df(spark, EDGE, [u for c in chunk for u in c[0]]),
+             "roots": updates_df(spark, ROOT, [u for c in chunk for u in c[1]])},
+            upto=t + len(chunk)).host)
+    return runner, outputs_rows(runner, list(flow.outputs)), hosted
 
 
 def check_every_time(stream, got):
@@ -100,14 +106,17 @@ def check_every_time(stream, got):
 
 
 # --------------------------------------------------------------------------- tests
-def test_bfs_equals_recomputation_at_ten_times(spark, conf):
+@pytest.mark.parametrize("placement", sorted(PLACEMENTS))
+def test_bfs_equals_recomputation_at_ten_times(spark, conf, placement):
     """Edges and roots inserted and retracted at 10 times, fed as 5 steps of two times each
     (a step's two epochs iterate together); bfs labels at every time equal a recomputation
     from scratch (the default suite's cut of the test below, which takes a step per time)."""
     stream = random_stream(random.Random(11), steps=10, nodes=6, start_edges=7)
-    runner, got = run_graph_stream(spark, conf, stream, outputs=("bfs",), per_step=2)
+    runner, got, hosted = run_graph_stream(spark, conf | PLACEMENTS[placement], stream,
+                                           outputs=("bfs",), per_step=2)
     check_every_time(stream, got)
     assert any(len(s) > 1 for s in runner.rounds.values())
+    assert hosted == [placement == "driver"] * 5
 
 
 @pytest.mark.slow
@@ -115,8 +124,9 @@ def test_bfs_equals_recomputation_at_ten_times(spark, conf):
 def test_reach_bfs_components_equal_recomputation_over_ten_steps(spark, conf):
     """All three iterates, reading one arranged edges trace."""
     stream = random_stream(random.Random(7), steps=10, nodes=9, start_edges=12)
-    _, got = run_graph_stream(spark, conf, stream)
+    _, got, hosted = run_graph_stream(spark, conf, stream)
     check_every_time(stream, got)
+    assert all(hosted)
 
 
 @pytest.mark.slow
@@ -124,7 +134,7 @@ def test_reach_bfs_components_equal_recomputation_over_ten_steps(spark, conf):
 @given(seed=st.integers(0, 10**6))
 def test_random_graph_streams(spark, conf, seed):
     stream = random_stream(random.Random(seed), steps=12, nodes=8, start_edges=10)
-    _, got = run_graph_stream(spark, conf, stream, optimize=seed % 2 == 0)
+    _, got, _ = run_graph_stream(spark, conf, stream, optimize=seed % 2 == 0)
     check_every_time(stream, got)
 
 
@@ -156,8 +166,10 @@ def test_a_durable_iterate_resumes_from_its_state(spark, conf, tmp_path):
         assert snapshot(got, t) == recompute(edges, roots)["bfs"], f"bfs at time {t}"
 
 
-def test_reach_and_bfs_against_the_reference_interpreter(spark, conf):
-    """Several times in one step and across steps, a root and an edge retracted."""
+@pytest.mark.parametrize("placement", sorted(PLACEMENTS))
+def test_reach_and_bfs_against_the_reference_interpreter(spark, conf, placement):
+    """Several times in one step and across steps, a root and an edge retracted (close()
+    runs on Spark: the driver's scope traces are read there)."""
     flow = Dataflow()
     edges, roots = flow.input("edges", EDGE), flow.input("roots", ROOT)
     arranged = graphs.out_edges(edges)
@@ -166,7 +178,8 @@ def test_reach_and_bfs_against_the_reference_interpreter(spark, conf):
     inputs = {"edges": (EDGE, [((1, 2), 0, 1), ((2, 3), 0, 1), ((3, 1), 1, 1), ((1, 3), 2, 1),
                                ((2, 3), 3, -1), ((5, 6), 2, 1), ((6, 5), 3, 1)]),
               "roots": (ROOT, [((1,), 0, 1), ((5,), 1, 1), ((1,), 3, -1)])}
-    run_against_reference(spark, conf, flow, inputs, cuts=[2, 4], optimize=False)
+    run_against_reference(spark, conf | PLACEMENTS[placement], flow, inputs, cuts=[2, 4],
+                          optimize=False)
 
 
 def test_body_schema_must_match_the_variable(spark, conf):
@@ -184,20 +197,116 @@ def test_operators_that_set_times_are_refused_inside_the_body():
         roots.iterate(lambda r: r.temporal_filter(upper="node"))
 
 
-def test_divergence_is_refused_and_changes_nothing(spark, conf):
+@pytest.mark.parametrize("placement", sorted(PLACEMENTS))
+def test_divergence_is_refused_and_changes_nothing(spark, conf, placement):
     """A body with no fixed point hits diffspark.iterate.max_rounds; the step is refused
     whole and the runner goes on from where it was."""
     flow = Dataflow()
     xs = flow.input("xs", "n BIGINT")
     flow.output("up", xs.iterate(lambda v: xs.concat(v.map("n + 1 AS n")).distinct()
                                  .filter("n < 1000000")))
-    runner = Runner(flow, conf={**conf, "diffspark.iterate.max_rounds": "4"}, spark=spark,
+    runner = Runner(flow, conf={**conf, **PLACEMENTS[placement],
+                                "diffspark.iterate.max_rounds": "4"}, spark=spark,
                     optimize=False)
     with pytest.raises(StepError, match=r"no fixed point in 4 rounds.*max_rounds=4"):
         runner.step({"xs": updates_df(spark, "n BIGINT", [((0,), 0, 1)])}, upto=1)
     assert runner.frontier == 0 and runner.output("up").count() == 0
-    runner.step({"xs": updates_df(spark, "n BIGINT", [((999998,), 0, 1)])}, upto=1)
+    result = runner.step({"xs": updates_df(spark, "n BIGINT", [((999998,), 0, 1)])}, upto=1)
     assert sorted(r.n for r in runner.output("up").collect()) == [999998, 999999]
+    assert result.host == (placement == "driver")
+
+
+# --------------------------------------------------------------------------- three ways
+def multiset_stream(rng: random.Random, steps: int, nodes: int, sizes: list[int]):
+    """Inputs for run_three_ways: per step 1-2 times of edge and root updates; edges come
+    with multiplicity 1 or 2 and go (negative diffs) whole or in part, some updates cancel
+    within their time. Step k has about sizes[k] edge updates."""
+    counts: Counter = Counter()
+    roots: Counter = Counter()
+    edges_up, roots_up, cuts, t = [], [], [], 0
+    for k in range(steps):
+        times = rng.choice([1, 2])
+        for i in range(sizes[k]):
+            at = t + i % times
+            e = (rng.randrange(nodes), rng.randrange(nodes))
+            if counts[e] and rng.random() < 0.6:
+                d = -counts[e] if rng.random() < 0.5 else -1
+            else:
+                d = rng.choice([1, 2])
+                if rng.random() < 0.2:  # +d and -1 in one time: the net survives
+                    edges_up.append((e, at, d + 1))
+                    d = -1
+            edges_up.append((e, at, d))
+            counts[e] += d
+        if k == 0 or rng.random() < 0.5:
+            r = (rng.randrange(nodes),)
+            d = -roots[r] if roots[r] else 1
+            roots_up.append((r, t, d))
+            roots[r] += d
+        t += times
+        cuts.append(t)
+    return {"edges": (EDGE, edges_up), "roots": (ROOT, roots_up)}, cuts
+
+
+def run_three_ways(spark, conf, inputs, cuts, outputs, confs: dict):
+    """Each runner (name -> conf overrides) fed `inputs` in steps ending at `cuts`, checked
+    against the reference interpreter after every step; where each step ran, per runner."""
+    from executor.reference import reference
+
+    flow = Dataflow()
+    graphs.build_all(flow)
+    flow.outputs = {n: flow.outputs[n] for n in outputs}
+    expected = reference(spark, flow.outputs, {n: ups for n, (_, ups) in inputs.items()})
+    hosted = {}
+    for name, overrides in confs.items():
+        runner, lo, hosted[name] = Runner(flow, conf=conf | overrides, spark=spark), 0, []
+        for upto in cuts:
+            batch = {n: updates_df(spark, ddl, [u for u in ups if lo <= u[1] < upto])
+                     for n, (ddl, ups) in inputs.items()}
+            hosted[name].append(runner.step(batch, upto=upto).host)
+            lo = upto
+            got = outputs_rows(runner, outputs)
+            for out in outputs:
+                want = [u for u in expected[out] if u[1] < upto]
+                assert got[out] == want, f"{name}: {out} after the step to {upto}"
+    return hosted
+
+
+# The mixed runner runs a step on Spark when an input has more than 5 updates: the stream's
+# sizes switch it driver <-> Spark, each placement reading the scope traces the other wrote.
+MIXED = {"diffspark.host.step_rows": "5"}
+SIZES = [8, 2, 3, 7, 2]
+
+
+def on_driver(inputs, cuts, limit: int = 5) -> list[bool]:
+    """Per step: whether every input has at most `limit` updates (the mixed runner's rule)."""
+    lows = [0] + cuts[:-1]
+    return [all(sum(lo <= u[1] < hi for u in ups) <= limit for _, ups in inputs.values())
+            for lo, hi in zip(lows, cuts)]
+
+
+def test_graph_stream_three_ways_with_a_placement_switch(spark, conf):
+    """reach and bfs over edges with multiplicities, deletions and cancelling updates: the
+    driver placement and a runner switching placement mid-stream against the reference."""
+    inputs, cuts = multiset_stream(random.Random(5), 5, 6, SIZES)
+    hosted = run_three_ways(spark, conf, inputs, cuts, ["reach", "bfs"],
+                            {"driver": {"diffspark.host.step_rows": "100"}, "mixed": MIXED})
+    assert hosted == {"driver": [True] * 5, "mixed": on_driver(inputs, cuts)}
+    assert len(set(hosted["mixed"])) == 2
+
+
+@pytest.mark.slow
+@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 10**6))
+def test_graph_streams_three_ways(spark, conf, seed):
+    """reach, bfs and components: driver, Spark and switching placements, each against the
+    reference interpreter at every step."""
+    inputs, cuts = multiset_stream(random.Random(seed), 5, 6, SIZES)
+    hosted = run_three_ways(spark, conf, inputs, cuts, ["reach", "bfs", "components"],
+                            {"driver": {"diffspark.host.step_rows": "100"},
+                             "spark": SPARK_ONLY, "mixed": MIXED})
+    assert hosted == {"driver": [True] * 5, "spark": [False] * 5,
+                      "mixed": on_driver(inputs, cuts)}
 
 
 def test_explain_shows_the_body(spark, conf):

@@ -64,7 +64,6 @@ class Changes:
                           [xp.take(c, rows) for c in self.times], xp.take(self.d, rows))
 
 
-
 def updates_schema(records: list[StructField], inner: bool = False) -> StructType:
     """(records, time[, iteration], diff): inside an iterate scope times gain the iteration."""
     times = [TIME, ITERATION] if inner else [TIME]

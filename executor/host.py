@@ -287,7 +287,8 @@ class HostStep:
         trace = self.state.get(node) or Trace(keys, [TIME, *inner], runner.partitions)
         since = trace.next_since((self.upto if self.scope is None else self.lower) - 1)
         if node in runner._counted:  # the count appends its due updates (executor/totals.py)
-            old = self.mirror(node, trace, keys, len(keys), _projected(batch, keys).schema)
+            old = self.mirror(node, trace, keys, len(keys),
+                              updates_schema([batch.schema[k] for k in keys]))
             self.views[node] = _View(trace, old, batch, None)
             self.commits[node] = trace.host_appended(old, self.upto, since)
             return batch
@@ -566,13 +567,6 @@ def _found(mirror: Mirror, batch: Changes, on: list[str], k: int) -> tuple:
     inner = cols.pop(ITERATION, None)
     times = [run.t] if k == 1 else [run.t, run.t * 0 if inner is None else inner]
     return cols, times, run.d
-
-
-def _projected(c: Changes, columns: list[str]) -> Changes:
-    """The updates of some of the record columns."""
-    fields = {f.name: f for f in c.schema.fields}
-    return Changes(updates_schema([fields[n] for n in columns]), [c.col(n) for n in columns],
-                   c.t, c.d)
 
 
 @dataclass

@@ -35,7 +35,6 @@ def delta(step, node: ir.Reduce, view, ready):
     """The reduction's changes for the step (unconsolidated Changes in the node's schema):
     at the times of `ready` (the updates due before upto). The history is the trace's
     (mirror and step batch); its updates at later times fall after every grid time."""
-
     xp, batch, old = step.xp, view.batch, view.old
     schema = step.runner.node_schemas[node]
     if ready.size == 0:
@@ -87,7 +86,6 @@ def reduced(step, node: ir.Reduce, g, acc: dict, m, kinds: dict, records: list, 
     """The reduction of every group of accumulated rows (group entry g, {column: codes},
     multiplicity m; sorted by g): (group entry, {output column: codes}, multiplicity) per
     output record."""
-
     try:
         return _REDUCE[node.reduction.kind](step, node, g, acc, m, kinds, records, schema)
     except DiffOverflow:
@@ -137,7 +135,6 @@ def _sum(step, node, g, acc, m, kinds, records, schema):
     """A DOUBLE sum, over its group at each time: float addition depends on its order, so a
     running total would drift from the sum of the group. Also the keys of an exact sum that
     its totals cannot decide (executor/totals.py)."""
-
     xp, column = step.xp, node.reduction.column
     kind = kinds[column]
     out_kind = schema[column].dataType

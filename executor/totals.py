@@ -32,7 +32,7 @@ from gpu_kernels import (DiffOverflow, group_starts, multiply_diffs, running_seg
 from plans import ir
 
 from . import reduce_host
-from .changes import Changes, Unsupported, updates_schema
+from .changes import Changes, Unsupported
 from .encoding import NULL_CODE
 from .mirror import Mirror, run_of
 
@@ -72,7 +72,6 @@ def delta(step, node: ir.Reduce, view, ready):
     if batch.size == 0:
         return step.empty(schema)
     keys = list(view.trace.keys)
-    fields = {f.name: f for f in batch.schema.fields}
     kinds = {f.name: f.dataType for f in batch.schema.fields}
     if red.kind == "sum" and isinstance(kinds[red.column], DecimalType) and \
             schema[red.column].dataType.scale != kinds[red.column].scale:
@@ -90,8 +89,7 @@ def delta(step, node: ir.Reduce, view, ready):
     _bounded(xp, node, now.now[:2])
     since = view.trace.next_since(step.upto - 1)
     if node.input in step.runner._counted:  # the trace is the totals: add the step's
-        added = Changes(updates_schema([fields[k] for k in keys]), now.keys, now.t,
-                        now.step[0])
+        added = Changes(view.old.schema, now.keys, now.t, now.step[0])
         step.commits[node.input] = view.trace.host_appended(
             view.old.appended(run_of(xp, now.keys, now.t, now.step[0]), since), step.upto,
             since, step.delta(added))

@@ -50,9 +50,8 @@ def spark(conf):
     session.stop()
 
 
-def updates_df(spark, ddl: str, updates):
-    """A DataFrame of (record..., time, diff) rows with schema `ddl` + time + diff (via Arrow,
-    so no Python worker is involved in reading it)."""
+def updates_table(ddl: str, updates):
+    """An Arrow table of (record..., time, diff) rows with schema `ddl` + time + diff."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
@@ -61,9 +60,14 @@ def updates_df(spark, ddl: str, updates):
     rows = [tuple(r) + (t, d) for r, t, d in updates]
     cols = list(zip(*rows)) if rows else [[] for _ in schema.fields]
     arrow = pa.schema(to_arrow_schema(schema))
-    table = pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(cols, arrow)],
-                                 schema=arrow)
-    return spark.createDataFrame(table)
+    return pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(cols, arrow)],
+                                schema=arrow)
+
+
+def updates_df(spark, ddl: str, updates):
+    """updates_table as a DataFrame (via Arrow, so no Python worker is involved in reading
+    it)."""
+    return spark.createDataFrame(updates_table(ddl, updates))
 
 
 def outputs_rows(runner, names):

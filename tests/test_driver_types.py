@@ -6,13 +6,10 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
-import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StructType
 
-from conftest import examples
+from conftest import examples, updates_table
 from executor import Runner
 from executor.reference import reference, rows_of
 from plans import Dataflow
@@ -83,15 +80,6 @@ def _updates(records):
                               st.sampled_from([-1, 1, 1, 2])), max_size=14)
 
 
-def _table(ddl: str, updates) -> pa.Table:
-    schema = StructType.fromDDL(f"{ddl}, time BIGINT, diff BIGINT")
-    arrow = to_arrow_schema(schema)
-    rows = [tuple(r) + (t, d) for r, t, d in updates]
-    cols = list(zip(*rows)) if rows else [[] for _ in schema.fields]
-    return pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(cols, arrow)],
-                                schema=arrow)
-
-
 @settings(max_examples=examples(3, 5), deadline=None, suppress_health_check=list(HealthCheck))
 @given(orders=_updates(order), customers=_updates(customer),
        cuts=st.sets(st.integers(1, HORIZON - 1), max_size=3).map(
@@ -105,7 +93,7 @@ def test_every_type_on_the_driver_matches_reference_and_spark(spark, conf, order
         Runner(flow, conf=conf | SPARK_ONLY, spark=spark)
     lo = 0
     for upto in cuts:
-        feed = {n: _table(ddl, [u for u in ups if lo <= u[1] < upto])
+        feed = {n: updates_table(ddl, [u for u in ups if lo <= u[1] < upto])
                 for n, (ddl, ups) in inputs.items()}
         assert ours.step(feed, upto=upto).host
         theirs.step(feed, upto=upto)
@@ -122,7 +110,7 @@ def test_a_sum_beyond_int64_steps_on_spark(spark, conf):
     flow.output("s", flow.input("o", "k BIGINT, x DECIMAL(18,0)").sum("x", by=["k"]))
     runner = Runner(flow, conf=conf, spark=spark)
     big = Decimal(10**17 * 9)
-    table = _table("k BIGINT, x DECIMAL(18,0)", [((1, big), 0, 1), ((1, big), 0, 1)] * 4)
+    table = updates_table("k BIGINT, x DECIMAL(18,0)", [((1, big), 0, 1), ((1, big), 0, 1)] * 4)
     result = runner.step({"o": table}, upto=1)
     assert not result.host
     assert rows_of(runner.output("s")) == [((1, big * 8), 0, 1)]

@@ -7,13 +7,10 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StructType
 
-from conftest import examples, outputs_rows
+from conftest import examples, outputs_rows, updates_table
 from executor import Runner
 from executor.reference import reference
 from plans import Dataflow
@@ -54,15 +51,6 @@ updates = st.lists(st.tuples(record, st.integers(0, HORIZON - 1), st.sampled_fro
 cuts = st.sets(st.integers(1, HORIZON - 1), max_size=3).map(lambda s: sorted(s) + [HORIZON])
 
 
-def _table(updates) -> pa.Table:
-    schema = StructType.fromDDL(f"{S}, time BIGINT, diff BIGINT")
-    arrow = to_arrow_schema(schema)
-    rows = [tuple(r) + (t, d) for r, t, d in updates]
-    cols = list(zip(*rows)) if rows else [[] for _ in schema.fields]
-    return pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(cols, arrow)],
-                                schema=arrow)
-
-
 def _three_ways(spark, conf, stream, cuts, driver_conf=None, on_driver=None):
     """Step a driver runner and a Spark runner through `stream` in steps ending at `cuts`:
     after each step both outputs equal the reference below the frontier. Returns which
@@ -73,7 +61,7 @@ def _three_ways(spark, conf, stream, cuts, driver_conf=None, on_driver=None):
     theirs = Runner(flow, conf=conf | SPARK_ONLY, spark=spark)
     lo, ran = 0, []
     for upto in cuts:
-        feed = {"s": _table([u for u in stream if lo <= u[1] < upto])}
+        feed = {"s": updates_table(S, [u for u in stream if lo <= u[1] < upto])}
         ran.append(ours.step(feed, upto=upto).host)
         assert not theirs.step(feed, upto=upto).host
         lo = upto
@@ -140,14 +128,14 @@ def test_a_step_reads_the_totals_it_changes_not_the_groups(spark, conf, monkeypa
     flow.output("count", s.count(by=["k"]))
     runner = Runner(flow, conf=conf, spark=spark)
     load = [_u(0, 1, k="ab"[i % 2], g=i, x=i, p=f"{i}.00") for i in range(4000)]
-    assert runner.step({"s": _table(load)}, upto=1).host
+    assert runner.step({"s": updates_table(S, load)}, upto=1).host
     read = []
     for name in ("rows", "all"):
         real = getattr(mirror.Mirror, name)
         monkeypatch.setattr(mirror.Mirror, name, lambda self, *a, real=real: (
             lambda run: read.append(run.size) or run)(real(self, *a)))
     step = [_u(1, -1, g=2, x=2, p="2.00"), _u(1, 1, k="b", g=9999, x=7, p="7.00")]
-    result = runner.step({"s": _table(step)}, upto=2)
+    result = runner.step({"s": updates_table(S, step)}, upto=2)
     assert result.host and 0 < sum(read) <= 20, read
     assert sorted(result.arrow("count").to_pylist(), key=str) == sorted([
         {"k": "a", "count": 2000, "time": 1, "diff": -1},
@@ -162,7 +150,7 @@ def test_a_bigint_sum_that_could_overflow_steps_on_spark(spark, conf):
     flow = Dataflow()
     flow.output("s", flow.input("s", S).sum("x", by=["k"]))
     runner = Runner(flow, conf=conf, spark=spark)
-    assert runner.step({"s": _table([_u(0, 1, x=2**61)])}, upto=1).host
-    big = runner.step({"s": _table([_u(1, 1, x=2**61, g=1), _u(1, 1, x=-2**61, g=2)])}, upto=2)
+    assert runner.step({"s": updates_table(S, [_u(0, 1, x=2**61)])}, upto=1).host
+    big = runner.step({"s": updates_table(S, [_u(1, 1, x=2**61, g=1), _u(1, 1, x=-2**61, g=2)])}, upto=2)
     assert not big.host
     assert outputs_rows(runner, ["s"])["s"] == [(("a", 2**61), 0, 1)]

@@ -298,6 +298,8 @@ class Runner:
         replay = self._store.replay(upto, self.frontier) if self._store else None
         lower = replay["lower"] if replay else self.frontier
         if self.closed and replay is None:
+            if self._store is not None:
+                raise self._store.closed()
             raise PlanError("step: the runner is closed")
         if upto is not None and upto < lower:
             raise PlanError(f"step: upto={upto} is below the frontier {lower}")

@@ -269,12 +269,20 @@ class Store:
         record = history[self.replayed]
         if record["upto"] == upto:
             return record
+        if self.manifest["closed"]:
+            raise self.closed()
         if upto is None or upto >= frontier:  # past the committed frontier: a new step
             self.replayed = len(history)
             return None
         raise StateError(f"state {self.dir}: step {record['step']} was committed with "
                          f"upto={record['upto']}, this call has upto={upto} (rule: a resumed "
                          f"runner repeats its committed steps in order, then continues)")
+
+    def closed(self) -> StateError:
+        """The refusal of a step on a state that a close committed."""
+        return StateError(f"state {self.dir}: the state is closed (step "
+                          f"{self.manifest['steps']} closed it: frontier infinity; rule: a "
+                          f"closed state accepts no more steps; `run` closes only with --close)")
 
     def skip(self, record: dict, digests: dict, arrow) -> None:
         """Accept a repeated step if its inputs are the ones committed (an empty input and

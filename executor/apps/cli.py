@@ -2,7 +2,7 @@
 
     python -m executor run PLAN.py --input NAME=PATH ... --output DIR
            [--conf cpu|gpu|FILE] [--conf key=value ...] [--steps K] [--upto T] [--no-optimize]
-           [--state STATE_DIR] [--csv-option NAME.KEY=VALUE ...]
+           [--state STATE_DIR [--close]] [--csv-option NAME.KEY=VALUE ...]
     python -m executor explain PLAN.py [--no-optimize]
     python -m executor demo [--events N] [--steps K] [--conf ...]
     python -m executor triangles --edges PATH [--output DIR] [--steps K] [--conf ...]
@@ -19,7 +19,10 @@ with the record columns of the input's declared schema plus optional `time` and 
 updates in `--steps K` steps: the distinct input times (of all inputs together) are split into
 K consecutive groups, step i feeds group i with upto = the first time of group i+1 (the last
 group: its last time + 1), and finally the inputs are closed, so every pending change (a
-temporal filter's future retraction) is emitted. The output is the same for every K. With
+temporal filter's future retraction) is emitted. The output is the same for every K. A
+durable run (`--state`) leaves its inputs open unless `--close` is given, so the state can
+take the next day's steps (`follow`, or another `run`); its output then holds the changes
+before the last step's upto. With
 `--upto T` only updates at times < T are fed (later ones in the files are ignored), the last
 step goes to upto=T, the inputs stay open, and the output holds the changes at times < T.
 Each output is written to DIR/NAME/ as Parquet (overwritten): its record columns, `time` and
@@ -105,6 +108,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--spark-log", default=None, metavar="FILE|-", help=log_help)
     r.add_argument("--state", default=None, metavar="STATE_DIR",
                    help="commit every step to STATE_DIR and resume from it (durable run)")
+    r.add_argument("--close", action="store_true",
+                   help="with --state: close the inputs at the end (a closed state takes no "
+                        "more steps); without --state a run always closes")
     r.set_defaults(func=cmd_run)
 
     e = verbs.add_parser("explain", help="print a plan before and after optimization",
@@ -288,6 +294,8 @@ def cmd_explain(args) -> int:
 
 def cmd_run(args) -> int:
     conf = conf_from_args(args.conf)
+    if args.close and args.upto is not None:
+        raise CliError("run: --upto T leaves the inputs open; --close closes them (give one)")
     flow = load_plan(args.plan)
     paths = parse_inputs(args.input, flow)
     for name, path in paths.items():  # fail fast, before a JVM starts
@@ -302,7 +310,8 @@ def cmd_run(args) -> int:
         runner = Runner(flow, conf=conf, optimize=args.optimize, state=args.state)
     try:
         with spark_errors(lambda e: StepError(f"run refused: {e}")):
-            run_plan(runner, sources, args.output, args.steps, args.upto)
+            run_plan(runner, sources, args.output, args.steps, args.upto,
+                     close=args.upto is None and (args.state is None or args.close))
     finally:
         stop(runner.spark)
     return 0
@@ -368,9 +377,10 @@ def _check_path(name: str, path: str) -> None:
 
 # ---------------------------------------------------------------------------- running
 def run_plan(runner, paths: dict, output: str, steps: int = 1,
-             upto: Optional[int] = None) -> None:
+             upto: Optional[int] = None, close: bool = True) -> None:
     """Read the inputs (paths or csv(...) sources) once, feed them in `steps` steps over
-    their distinct times, close (unless `upto`), write every output to `output`/NAME/."""
+    their distinct times (up to `upto` when given), close when `close`, write every output
+    to `output`/NAME/."""
     from pyspark import StorageLevel
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
@@ -398,7 +408,7 @@ def run_plan(runner, paths: dict, output: str, steps: int = 1,
         result = runner.step(updates, upto=hi)
         print(f"step {i}/{len(bounds)} upto={hi} seconds={result.seconds:.2f}"
               f"{' skipped (committed)' if result.skipped else ''}", flush=True)
-    if upto is None:
+    if close:
         result = runner.close()
         print(f"close upto=inf seconds={result.seconds:.2f}"
               f"{' skipped (committed)' if result.skipped else ''}", flush=True)

@@ -281,12 +281,15 @@ class Runner:
         return step.views[node].delta_frame(handle.empty())
 
     # ------------------------------------------------------------------ steps
-    def step(self, updates: Optional[dict] = None, upto: Optional[int] = None) -> StepResult:
+    def step(self, updates: Optional[dict] = None, upto: Optional[int] = None,
+             note: Optional[dict] = None) -> StepResult:
         """Apply `updates` (input name -> DataFrame or Parquet/CSV path) with times in
-        [frontier, upto) and advance the frontier to `upto`."""
+        [frontier, upto) and advance the frontier to `upto`. `note` (JSON values) is recorded
+        with the step in a durable state's history, committed with it (`follow` records
+        the files a step read)."""
         if upto is None or isinstance(upto, bool) or not isinstance(upto, int):
             raise PlanError("step: upto must be an integer time")
-        return self._step(updates or {}, upto)
+        return self._step(updates or {}, upto, note or {})
 
     def close(self) -> StepResult:
         """Advance the frontier to infinity: every pending change is emitted."""
@@ -294,7 +297,8 @@ class Runner:
         self.closed = True
         return result
 
-    def _step(self, updates: dict, upto: Optional[int]) -> StepResult:
+    def _step(self, updates: dict, upto: Optional[int],
+              note: Optional[dict] = None) -> StepResult:
         started = clock.perf_counter()
         replay = self._store.replay(upto, self.frontier) if self._store else None
         lower = replay["lower"] if replay else self.frontier
@@ -318,7 +322,7 @@ class Runner:
                         for n, t in done.tables.items()}
                 try:  # Spark writes only a trace batch Spark made since the last commit
                     self._commit(done.commits, done.pending, logs, lower, upto, done.digests,
-                                 ruled)
+                                 ruled, note)
                 except (Py4JJavaError, PySparkException) as e:
                     raise self._refused(e) from None
                 return self._advance(Frames(done.tables), done.pending, logs, done.commits,
@@ -339,21 +343,22 @@ class Runner:
         try:
             changes, pending, logs = self._run(step)
             limits.check_outputs(self.conf, changes, self.steps + 1)
-            self._commit(step.commits, pending, logs, lower, upto, digests, ruled)
+            self._commit(step.commits, pending, logs, lower, upto, digests, ruled, note)
         except (Py4JJavaError, PySparkException) as e:
             raise self._refused(e) from None
         return self._advance(changes, pending, logs, step.commits, step.holds, upto, started,
                              ruled)
 
     def _commit(self, commits: dict, pending: dict, logs: dict, lower: int,
-                upto: Optional[int], digests: dict, ruled=None) -> None:
+                upto: Optional[int], digests: dict, ruled=None, note=None) -> None:
         """Make a computed step durable (executor/state.py), whichever placement ran it;
-        `ruled`: the step's changes to keyed and strict inputs' tables."""
+        `ruled`: the step's changes to keyed and strict inputs' tables; `note`: recorded in
+        the step's history record."""
         if self._store is not None:
             ruled = ruled or input_tables.Ruled({}, {})
             self._store.commit(self, {**self._state, **commits}, pending, logs,
                                {"step": self.steps + 1, "lower": lower, "upto": upto,
-                                "inputs": digests | ruled.digests},
+                                "inputs": digests | ruled.digests, **(note or {})},
                                INFINITY if upto is None else upto, upto is None,
                                ruled.batches(self._tables))
 

@@ -17,7 +17,8 @@ from .schema import column_names
 class Dataflow:
     """A dataflow description: inputs (name -> schema) and outputs (name -> collection)."""
 
-    def __init__(self):
+    def __init__(self, strict: bool = False):
+        self.strict = strict  # every input strict (the CLI's --strict)
         self.inputs: dict[str, ir.Input] = {}
         self.outputs: dict[str, ir.Node] = {}
         self._scopes = 0  # iterate scopes made so far: names their variables
@@ -32,7 +33,8 @@ class Dataflow:
         if name in self.inputs:
             raise PlanError(f"input '{name}' is declared twice")
         columns = column_names(schema, f"input '{name}'")
-        node = ir.Input(name, schema, _input_key(name, key, columns), _flag(name, strict))
+        node = ir.Input(name, schema, _input_key(name, key, columns),
+                        _flag(name, strict) or self.strict)
         self.inputs[name] = node
         return Collection(self, node)
 

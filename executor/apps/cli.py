@@ -2,7 +2,9 @@
 
     python -m executor run PLAN.py --input NAME=PATH ... --output DIR
            [--conf cpu|gpu|FILE] [--conf key=value ...] [--steps K] [--upto T] [--no-optimize]
-           [--state STATE_DIR [--close]] [--csv-option NAME.KEY=VALUE ...]
+           [--state STATE_DIR [--close]] [--strict] [--csv-option NAME.KEY=VALUE ...]
+    python -m executor follow PLAN.py --input NAME=DIR ... --output DIR --state STATE_DIR
+           [--conf ...] [--poll SECONDS] [--until-idle SECONDS] [--strict]  (executor/apps/follow.py)
     python -m executor explain PLAN.py [--no-optimize]
     python -m executor demo [--events N] [--steps K] [--conf ...]
     python -m executor triangles --edges PATH [--output DIR] [--steps K] [--conf ...]

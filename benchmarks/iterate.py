@@ -73,21 +73,27 @@ def changes(arcs: np.ndarray, k: int, seed: int):
     return ups, np.concatenate([edges, edges[:, ::-1]])
 
 
-def peer_bfs(arcs: np.ndarray, roots) -> dict[int, int]:
-    """node -> distance from the nearest root: networkit (a virtual source joined to every
-    root), else a numpy frontier BFS over CSR."""
+def peer_bfs(arcs: np.ndarray, roots) -> tuple[float, dict[int, int]]:
+    """(seconds, node -> distance from the nearest root), run in its own process
+    (common.isolated). The seconds cover what a networkit user does to recompute: build the
+    graph from the arrays in one call (Graph.addEdges) with a virtual source joined to every
+    root, run BFS, read the distances. A numpy frontier BFS over CSR stands in when networkit
+    is absent."""
+    import time
+
+    began = time.perf_counter()
     n = int(arcs.max()) + 2
     try:
         import networkit as nk
 
         g = nk.Graph(n, directed=True)
-        for s, d in arcs:
-            g.addEdge(int(s), int(d))
-        for r in roots:
-            g.addEdge(n - 1, int(r))
-        bfs = nk.distance.BFS(g, n - 1).run()
-        dist = bfs.getDistances()
-        return {v: int(x) - 1 for v, x in enumerate(dist[:-1]) if x < 1e300}
+        src = np.concatenate([arcs[:, 0], np.full(len(roots), n - 1)]).astype(np.uint64)
+        dst = np.concatenate([arcs[:, 1], np.asarray(roots)]).astype(np.uint64)
+        g.addEdges((src, dst))
+        dist = np.asarray(nk.distance.BFS(g, n - 1).run().getDistances())[:-1]
+        reached = np.flatnonzero(dist < 1e300)
+        seconds = time.perf_counter() - began
+        return seconds, dict(zip(reached.tolist(), (dist[reached] - 1).astype(np.int64).tolist()))
     except ImportError:
         order = np.argsort(arcs[:, 0], kind="stable")
         dst = arcs[order, 1]
@@ -101,7 +107,8 @@ def peer_bfs(arcs: np.ndarray, roots) -> dict[int, int]:
             nbrs = np.concatenate([dst[starts[v]:starts[v + 1]] for v in frontier])
             frontier = np.unique(nbrs[dist[nbrs] < 0])
             dist[frontier] = level
-        return {v: int(x) for v, x in enumerate(dist) if x >= 0}
+        seconds = time.perf_counter() - began
+        return seconds, {v: int(x) for v, x in enumerate(dist) if x >= 0}
 
 
 def frame(rows, ddl: str):
@@ -166,7 +173,7 @@ def run(spark, conf, args) -> dict:
                                     cleanup=settle("scratch", arranged)),
           "attached": common.measure("(a) attached", "", attached, args.repeat)}
     dist["attached"] = distances(got["attached"])
-    want0 = peer_bfs(arcs, roots)
+    _, want0 = common.isolated(peer_bfs, arcs, roots)
     for name in ("scratch", "attached"):
         if dist[name] != want0:
             raise SystemExit(f"(a) {name}: bfs distances differ from the peer's")
@@ -180,11 +187,9 @@ def run(spark, conf, args) -> dict:
 
     ms["incremental"] = common.measure("(b) incremental", "", incremental)
     step_rounds = runner.rounds.get("Iterate[v1]", [])
-    with common.phase("peer recount on the changed graph"):
-        import time as clock
-        began = clock.perf_counter()
-        want1 = peer_bfs(arcs_after, roots)
-        peer_s = clock.perf_counter() - began
+    with common.phase("peer recount on the changed graph, in its own process"):
+        peer_s, want1 = min((common.isolated(peer_bfs, arcs_after, roots)
+                             for _ in range(args.repeat)), key=lambda t: t[0])
     if distances(runner) != want1:
         raise SystemExit("(b) incremental bfs distances differ from the peer's")
     got.clear()
@@ -277,8 +282,8 @@ def report(payload: dict) -> str:
              f"rounds {r['incremental_rounds']}",
              f"goal attach >= 3x: {_met(r['goal_attach_3x_met'])}; incremental step <= peer "
              f"recompute: {_met(r.get('goal_incremental_le_peer_met'))}; first step "
-             f"({r.get('first_step_vs_peer')}x the peer) <= 10x: "
-             f"{_met(r.get('goal_first_step_10x_peer_met'))}"]
+             f"<= 10x the peer: {_met(r.get('goal_first_step_10x_peer_met'))}"
+             + (f" ({r['first_step_vs_peer']}x)" if r.get("first_step_vs_peer") else "")]
     return "\n\n".join(lines)
 
 

@@ -31,10 +31,12 @@ from .time import DIFF, TIME
 _SAFE = 2.0 ** 62  # sums whose |terms| add up below this cannot overflow int64
 
 
-def delta(step, node: ir.Reduce, view, ready):
+def delta(step, node: ir.Reduce, view, ready, held=None):
     """The reduction's changes for the step (unconsolidated Changes in the node's schema):
     at the times of `ready` (the updates due before upto). The history is the trace's
-    (mirror and step batch); its updates at later times fall after every grid time."""
+    (mirror and step batch); its updates at later times fall after every grid time. `held`
+    (a Run in the mirror's columns) replaces the mirror's updates under the touched keys
+    where fewer decide the result (top_k's candidates, executor/top_k.py)."""
     xp, batch, old = step.xp, view.batch, view.old
     schema = step.runner.node_schemas[node]
     if ready.size == 0:
@@ -43,7 +45,7 @@ def delta(step, node: ir.Reduce, view, ready):
     kinds = {f.name: f.dataType for f in batch.schema.fields}
     touched = [ready.col(c) for c in columns[:nkeys]]
     fresh = [batch.col(c) for c in columns]
-    held = old.rows(touched)
+    held = old.rows(touched) if held is None else held
     cols = [xp.concat([h, b]) for h, b in zip(held.cols, fresh)]
     t, d = xp.concat([held.t, batch.t]), xp.concat([held.d, batch.d])
 
@@ -190,8 +192,9 @@ def _top_k(step, node, g, acc, m, kinds, records, schema):
     g, m = xp.take(g, positive), xp.take(m, positive)
     acc = {c: xp.take(v, positive) for c, v in acc.items()}
     order = red.order
-    keys = [xp.asarray(rank(v, descending, nulls_first)) for v, (_, descending, nulls_first)
-            in zip(_values(step, acc, kinds, records, [e for e, _, _ in order]), order)]
+    values = expression_values(step, acc, kinds, records, [e for e, _, _ in order])
+    keys = [xp.asarray(rank(v, descending, nulls_first))
+            for v, (_, descending, nulls_first) in zip(values, order)]
     keys += [xp.asarray(order_keys(step.encoder, to_numpy(xp, acc[c]), kinds[c]))
              for c in records]
     perm = sort_by(xp, [g, *keys])
@@ -254,7 +257,7 @@ def _kernel(step, node, g, acc, m, kinds, records, schema):
     return xp.take(groups, xp.take(out_group, keep)), out, xp.take(count, keep)
 
 
-def _values(step, acc, kinds, records, exprs) -> list:
+def expression_values(step, acc, kinds, records, exprs) -> list:
     """Arrow columns of `exprs` over the decoded records: a record column as itself, any
     other expression by Spark over the local rows (no job)."""
     xp = step.xp

@@ -13,24 +13,21 @@ one included. The index then takes the touched records' new multiplicities (rows
 inserted at binary-searched places). It lives beside the mirror (Trace.totals, dropped by a
 step on Spark), tagged with its time; one of another time is rebuilt from the mirror.
 
-An order key sorts by codes that sort as its values do (executor/encoding.py `ordered`),
-per key a nulls flag and the code (complemented for DESC). The rest of the record sorts by
-its codes, which for a STRING are not Spark's order of the ties: the candidates are extended
-to whole runs of ties, and reduce_host orders them by the decoded values. An order key of
-STRING or BINARY has no sortable code: that top_k runs through reduce_host alone.
+An order key sorts by codes that sort as its values do (reduce_host.order_columns). The
+rest of the record sorts by its codes, which for a STRING are not Spark's order of the ties:
+the candidates are extended to whole runs of ties, and reduce_host orders them by the decoded
+values. An order key of STRING or BINARY has no sortable code: that top_k runs through
+reduce_host alone.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-
-from pyspark.sql.pandas.types import from_arrow_type
 
 from gpu_kernels import consolidate, equal_range, group_starts, neighbours, sort_by
 from gpu_kernels.intersect import lower_bound
 from plans import ir
 
 from . import reduce_host
-from .encoding import NULL_CODE, NoCode, ordered
 from .mirror import Mirror, Run
 
 
@@ -116,32 +113,13 @@ def delta(step, node: ir.Reduce, view, ready):
 
 def _keys(step, node: ir.Reduce, columns: list[str], nkeys: int, recs: list,
           kinds: dict) -> list:
-    """The index's sort columns of records (codes in `columns` order): group keys, a nulls
-    flag and a code per order key, the rest of the record."""
-    xp, red = step.xp, node.reduction
-    acc = dict(zip(columns, recs))
-    computed = iter(reduce_host.expression_values(step, acc, kinds, columns,
-                                        [e for e, _, _ in red.order if e not in acc]))
-    out = list(recs[:nkeys])
-    for e, descending, nulls_first in red.order:
-        if e in acc:
-            if not ordered(kinds[e]):
-                raise _Unranked()
-            codes = acc[e]
-        else:
-            values = next(computed)
-            kind = from_arrow_type(values.type)
-            if not ordered(kind):
-                raise _Unranked()
-            try:
-                codes = xp.asarray(step.encoder.encode(values, kind))
-            except NoCode:
-                raise _Unranked() from None
-        null = codes == NULL_CODE
-        one, zero = xp.ones_like(codes), xp.zeros_like(codes)
-        out.append(xp.where(null, zero, one) if nulls_first else xp.where(null, one, zero))
-        out.append(xp.where(null, zero, xp.bitwise_invert(codes) if descending else codes))
-    return out + list(recs[nkeys:])
+    """The index's sort columns of records (codes in `columns` order): group keys, the
+    order's columns (reduce_host.order_columns), the rest of the record."""
+    order = reduce_host.order_columns(step, dict(zip(columns, recs)), kinds, columns,
+                                      node.reduction.order, ranks=False)
+    if order is None:
+        raise _Unranked()
+    return list(recs[:nkeys]) + order + list(recs[nkeys:])
 
 
 def _built(step, node: ir.Reduce, old: Mirror, kinds: dict) -> Ranked:

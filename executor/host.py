@@ -48,7 +48,7 @@ from plans import query as cq
 from plans.ir import PlanError
 
 from . import (delta_rules, expressions, iterate, join, kernels, linear, reduce_host,
-               reduce_product, totals)
+               reduce_product, top_k, totals)
 from .changes import Changes, Unsupported, updates_schema
 from .config import host_mirror_rows, host_step_rows, max_rounds
 from .encoding import NULL_CODE, NoCode, fits
@@ -336,7 +336,8 @@ class HostStep:
         if self.scope is not None:
             return self._consolidated(reduce_product.host_delta(self, node, view))
         ready = self._due(node, view.batch)
-        family = totals if totals.applies(node, view) else reduce_host
+        family = totals if totals.applies(node, view) else \
+            top_k if top_k.applies(node) else reduce_host
         return self._consolidated(family.delta(self, node, view, ready))
 
     # ------------------------------------------------------------------ joins

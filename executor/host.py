@@ -52,6 +52,7 @@ from . import (delta_rules, expressions, iterate, join, kernels, linear, reduce_
 from .changes import Changes, Unsupported, updates_schema
 from .config import host_mirror_rows, host_step_rows, max_rounds
 from .encoding import NULL_CODE, NoCode, fits
+from .lateness import holds_back
 from .mirror import Mirror, run_of
 from .spine import as_table
 from .state import arrow_digest
@@ -586,9 +587,6 @@ class Done:
 def step(runner, updates: dict, upto: Optional[int]) -> Optional[Done]:
     """The step run on the driver, or None when it must run on Spark. upto None (close)
     releases everything held. Input errors raise InputError before anything changes."""
-    if runner._store is not None and any(isinstance(n, ir.Iterate)
-                                         for n in ir.topological(runner.plan.values())):
-        return None  # a durable iterate's scope traces are written by its Spark steps
     limit = host_step_rows(runner.conf)
     if any(isinstance(s, (str, os.PathLike, CsvSource)) for s in updates.values()):
         return None  # files are read by Spark
@@ -613,14 +611,12 @@ def step(runner, updates: dict, upto: Optional[int]) -> Optional[Done]:
             rows = runner.spark.createDataFrame(rows)
         sources[name] = normalise(name, rows, schema, runner.frontier, upto, local=True)
     held = _held(runner)
-    if held is None or (held and runner._store is not None):
-        return None  # a durable runner's held updates are written by its Spark steps
+    if held is None:
+        return None
     host = HostStep(runner, sources, INFINITY if upto is None else upto, held)
     try:
         outs = host.outputs()
     except Unsupported:
-        return None
-    if runner._store is not None and any(p is not None for p in host.pending.values()):
         return None
     arrow = {name: to_arrow_schema(runner.schemas[name]) for name in outs}
     tables = {name: c.table(host.xp, host.encoder).cast(arrow[name]) for name, c in outs.items()}
@@ -639,13 +635,27 @@ def _held(runner) -> Optional[dict]:
     driver's state may (diffspark.host.mirror_rows)."""
     limit = host_mirror_rows(runner.conf)
     held = {}
-    for key, value in [*runner._pending.items(), *runner._state.items()]:
-        if value is None or isinstance(value, Trace):
+    for key in [*runner._pending, *_holding(runner)]:
+        value = runner._pending[key] if isinstance(key, str) else runner._state.get(key)
+        if value is None:
             continue
         held[key] = as_table(value, limit)
         if held[key] is None:
             return None
     return held
+
+
+def _holding(runner) -> list:
+    """The keys of the runner's state under which reductions and queries may hold updates
+    (asked for one by one: a resumed runner's state reads an entry when asked,
+    executor/state.py `_LazyState`)."""
+    keys = []
+    for node in ir.topological(runner.plan.values()):
+        if isinstance(node, ir.Reduce) and holds_back(node, runner._late):
+            keys.append(node)
+        elif isinstance(node, ir.Query) and holds_back(node, runner._late):
+            keys += [(node, r) for r in node.relations]
+    return keys
 
 
 def _ready(table: pa.Table, schema: StructType, frontier: int, upto: int) -> Optional[pa.Table]:

@@ -154,18 +154,25 @@ class _LazyState(dict):
         super().__init__()
         self.store, self.unloaded = store, dict(records)
 
-    def get(self, entry, default=None):
-        if entry not in self and self.unloaded:
+    def _load(self, entry) -> None:
+        if self.unloaded and not super().__contains__(entry):
             record = self.unloaded.pop(self.store.keys(entry), None)
             if record is not None:
                 self[entry] = self.store.load_entry(record)
+
+    def get(self, entry, default=None):
+        self._load(entry)
         return super().get(entry, default)
 
+    def __contains__(self, entry) -> bool:  # as a ChainMap over it asks (an iterate's rounds)
+        self._load(entry)
+        return super().__contains__(entry)
+
     def __missing__(self, entry):
-        value = self.get(entry)
-        if entry not in self:
+        self._load(entry)
+        if not super().__contains__(entry):
             raise KeyError(entry)
-        return value
+        return super().__getitem__(entry)
 
 
 # ---------------------------------------------------------------------------- the store

@@ -22,6 +22,7 @@ from plans import Dataflow
 E, N = "src BIGINT, dst BIGINT", "node BIGINT, w BIGINT"
 HORIZON = 6
 OUTPUTS = ["join", "live", "window"]
+SPARK_ONLY = {"diffspark.host.step_rows": "0"}
 
 
 def flow() -> Dataflow:
@@ -219,11 +220,11 @@ def test_resume_refuses_other_inputs_plans_and_steps(spark, conf, tmp_path):
 
 
 def test_restored_traces_keep_their_partitioning(spark, conf, tmp_path):
-    """Trace batches are written bucketed by their key and restored with their partitioning
+    """Trace batches Spark steps write are bucketed by their key and restored with their partitioning
     (a join with a live arrangement adds no Exchange and no Sort); a manifest written before
     buckets and time columns were recorded (plain Parquet, one time) still resumes."""
     where = str(tmp_path / "state")
-    runner = Runner(flow(), conf=conf, spark=spark, state=where)
+    runner = Runner(flow(), conf=conf | SPARK_ONLY, spark=spark, state=where)
     for lo, upto in ((0, 2), (2, 3)):
         runner.step({n: updates_df(spark, ddl, [u for u in ups if lo <= u[1] < upto])
                      for n, (ddl, ups) in INPUTS.items()}, upto=upto)
@@ -259,7 +260,6 @@ def test_restored_traces_keep_their_partitioning(spark, conf, tmp_path):
 
 # ---------------------------------------------------------------------------- the driver
 D, M = "src BIGINT, tag STRING", "node BIGINT, w BIGINT"
-SPARK_ONLY = {"diffspark.host.step_rows": "0"}
 
 
 def driver_flow() -> Dataflow:

@@ -175,9 +175,21 @@ def run_diffspark(args) -> dict:
                              "changes": batch.num_rows})
         out["digests"].append(absorb(result))
     out["state"] = {k: {"records": v["records"], "mirror_records": v["mirror_records"],
-                        "mirror_bytes": v["mirror_bytes"]}
+                        "mirror_bytes": v["mirror_bytes"], "columns": v["mirror_columns"]}
                     for k, v in runner.stats().items()}
+    out["dictionary_values"] = runner.encoder.size()
     return out
+
+
+def memory(state: dict) -> dict:
+    """The driver placement's state against the issue's yardstick: the raw int64 size of
+    the arranged record columns (records x columns x 8 bytes), per trace and in all. The
+    mirrors also hold a time and a diff per update, and runs not yet merged."""
+    raw = sum(v["records"] * v["columns"] * 8 for v in state.values())
+    held = sum(v["mirror_bytes"] for v in state.values())
+    return {"state_bytes": held, "raw_int64_bytes": raw,
+            "state_vs_raw_int64": common.ratio(held, raw),
+            "goal_memory_2x_met": raw > 0 and held <= 2 * raw}
 
 
 def run_duckdb(args) -> dict:
@@ -295,7 +307,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     summary = {"diffspark_load_s": mine["load_s"],
                "diffspark_median_step_s": _median(mine["steps"]),
                "diffspark_p90_step_s": _p90(mine["steps"]),
-               "steps_on_driver": sum(s["on_driver"] for s in mine["steps"])}
+               "steps_on_driver": sum(s["on_driver"] for s in mine["steps"]),
+               **memory(mine["state"])}
     for peer in results:
         if peer != "diffspark":
             med = _median(results[peer]["steps"])
@@ -327,8 +340,17 @@ def report(payload: dict) -> str:
     title = (f"{p['orders']:,} orders, {p['steps']} steps of {p['changes']:,} changes; "
              f"{s['steps_on_driver']} steps on the driver; answers equal to diffspark's: "
              f"{', '.join(k for k, ok in payload['correct'].items() if ok and k != 'diffspark')}")
-    return title + "\n\n" + common.markdown_table(
+    table = common.markdown_table(
         ["system", "load s", "median step ms", "p90 step ms", "peer / diffspark"], rows)
+    lines = [title, table]
+    if "state_bytes" in s:
+        lines.append(f"State on the driver after the last step: {s['state_bytes'] / 2**20:,.1f} "
+                     f"MiB in the traces' mirrors, {s['state_vs_raw_int64']}x the raw int64 "
+                     f"size of their arranged columns (goal <= 2x: "
+                     f"{'met' if s['goal_memory_2x_met'] else 'NOT met'}); "
+                     f"{payload['results']['diffspark']['dictionary_values']:,} distinct "
+                     f"STRING values in the dictionary.")
+    return "\n\n".join(lines)
 
 
 if __name__ == "__main__":

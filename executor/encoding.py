@@ -43,6 +43,10 @@ class Encoder:
         self._codes: dict[str, dict] = {"string": {}, "binary": {}}
         self._chunks: dict[str, list] = {"string": [], "binary": []}
 
+    def size(self) -> int:
+        """Distinct STRING and BINARY values held (the dictionaries only grow)."""
+        return sum(len(v) for v in self._values.values())
+
     # ------------------------------------------------------------------ encode
     def encode(self, column: pa.Array | pa.ChunkedArray, kind: DataType) -> np.ndarray:
         """int64 codes of an Arrow column holding values of Spark type `kind`."""

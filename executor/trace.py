@@ -137,7 +137,8 @@ class Trace:
                 "batch_records": sizes, "bytes": held, "stored": "driver" if self.stale
                 else "spark", "since": self.since, "upper": self.upper,
                 "mirror_records": 0 if self.mirror is None else self.mirror.size,
-                "mirror_bytes": 0 if self.mirror is None else self.mirror.nbytes}
+                "mirror_bytes": 0 if self.mirror is None else self.mirror.nbytes,
+                "mirror_columns": 0 if self.mirror is None else len(self.mirror.columns)}
 
 
 def _bytes(df: DataFrame) -> int:

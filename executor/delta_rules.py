@@ -8,8 +8,10 @@ arrangements, executor/wcoj.py), then counts, proposes and validates on `xp` (nu
 cupy on a GPU) with gpu_kernels.timed_index. Nothing here imports Spark, so the same code is
 checked against plans.query.run_rules_python on plain arrays.
 
-Columns are integers without nulls (the Spark layer checks, and otherwise runs the rules as
-Spark SQL); times are one int64 coordinate.
+Columns are int64 codes (executor/encoding.py); `null` is the code of SQL's null, which,
+as in the reference interpreter, matches nothing: a variable that occurs more than once or in
+a comparison (`joined`) drops the rows binding it to null, and one that occurs once keeps them.
+Constants arrive as codes of their column's type. Times are one int64 coordinate.
 """
 from __future__ import annotations
 
@@ -54,11 +56,13 @@ class _Prefixes:
                          xp.take(self.t, rows), xp.take(self.d, rows))
 
 
-def run(xp, query: cq.Query, rules, seeds: dict, lookup: Lookup, chunk_rows: int = 1 << 21):
+def run(xp, query: cq.Query, rules, seeds: dict, lookup: Lookup, chunk_rows: int = 1 << 21,
+        null: Optional[int] = None):
     """The query's output changes from each rule's seeds: seeds[relation] = (columns, time,
     diff) of the updates at the times the rules run. Returns (head columns, time, diff),
-    consolidated."""
-    states = [(rule, _seed(xp, rule, *seeds[rule.relation])) for rule in rules]
+    consolidated. With `null`, rows binding a joined variable to it are dropped."""
+    unbound = _Nulls(null, joined(query) if null is not None else frozenset())
+    states = [(rule, _seed(xp, rule, *seeds[rule.relation], unbound)) for rule in rules]
     wants: dict = {}
     for rule, p in states:
         for val in rule.validators:
@@ -74,13 +78,33 @@ def run(xp, query: cq.Query, rules, seeds: dict, lookup: Lookup, chunk_rows: int
                     wants.setdefault(_request(e), []).append([p.vars[v] for _, v in e.key])
         got = lookup(wants) if wants else {}
         states = [(rule, _extended(xp, rule.steps[depth], p, got, chunk_rows,
-                                   _live(rule, depth, query.head)))
+                                   _live(rule, depth, query.head), unbound))
                   if depth < len(rule.steps) else (rule, p) for rule, p in states]
     cols = [xp.concat([p.vars[v] for _, p in states]) for v in query.head]
     t = xp.concat([p.t for _, p in states])
     d = xp.concat([p.d for _, p in states])
     keys, d = consolidate(xp, cols + [t], d)
     return keys[:-1], keys[-1], d
+
+
+def joined(query: cq.Query) -> frozenset:
+    """Variables a null binding can never satisfy: those occurring more than once in the
+    atoms, or in a comparison."""
+    seen = [t.name for a in query.atoms for t in a.terms if isinstance(t, cq.Var)]
+    compared = {v for c in query.comparisons for v in c.vars()}
+    return frozenset(v for v in seen if seen.count(v) > 1) | compared
+
+
+@dataclass(frozen=True)
+class _Nulls:
+    code: Optional[int]
+    joined: frozenset
+
+    def keep(self, xp, keep, var: str, column):
+        """`keep` narrowed to rows where `column` (bound to `var`) may stand."""
+        if self.code is None or var not in self.joined:
+            return keep
+        return xp.logical_and(keep, column != self.code)
 
 
 def _live(rule: cq.DeltaRule, depth: int, head) -> set:
@@ -102,7 +126,7 @@ def _validator_request(val: cq.Validator) -> Request:
     return Request(val.relation, tuple(k for k, _ in val.columns), None, (), val.constants)
 
 
-def _seed(xp, rule: cq.DeltaRule, columns, t, d) -> _Prefixes:
+def _seed(xp, rule: cq.DeltaRule, columns, t, d, unbound: _Nulls) -> _Prefixes:
     keep = xp.ones(t.shape[0], dtype=xp.bool)
     for k, x in rule.constants:
         keep = xp.logical_and(keep, columns[k] == x)
@@ -112,6 +136,7 @@ def _seed(xp, rule: cq.DeltaRule, columns, t, d) -> _Prefixes:
             keep = xp.logical_and(keep, columns[k] == columns[first[v]])
         else:
             first[v] = k
+            keep = unbound.keep(xp, keep, v, columns[k])
     p = _Prefixes({v: columns[k] for v, k in first.items()}, t, d).take(xp, xp.nonzero(keep)[0])
     return _consolidated(xp, _filtered(xp, p, rule.comparisons))
 
@@ -131,7 +156,7 @@ def _validated(xp, rule: cq.DeltaRule, p: _Prefixes, got: dict) -> _Prefixes:
 
 
 def _extended(xp, step: cq.Extension, p: _Prefixes, got: dict, chunk_rows: int,
-              live: set) -> _Prefixes:
+              live: set, unbound: _Nulls) -> _Prefixes:
     indices, keys = [], []
     for e in step.extenders:
         key_cols, value, t, d = got[_request(e)]
@@ -146,8 +171,10 @@ def _extended(xp, step: cq.Extension, p: _Prefixes, got: dict, chunk_rows: int,
         parent, value, d = extend_as_of(xp, None, p.t[lo:hi], p.d[lo:hi], indices, reads,
                                         [(a[lo:hi], b[lo:hi]) for a, b in ranges])
         grown = p.take(xp, parent + lo)
-        grown = _filtered(xp, _Prefixes(grown.vars | {step.var: value}, grown.t, d),
-                          step.comparisons)
+        grown = _Prefixes(grown.vars | {step.var: value}, grown.t, d)
+        if unbound.code is not None and step.var in unbound.joined:
+            grown = grown.take(xp, xp.nonzero(value != unbound.code)[0])
+        grown = _filtered(xp, grown, step.comparisons)
         kept = {v: a for v, a in grown.vars.items() if v in live}
         parts.append(_consolidated(xp, _Prefixes(kept, grown.t, grown.d)))
     if not parts:

@@ -47,8 +47,8 @@ from plans import ir
 from plans import query as cq
 from plans.ir import PlanError
 
-from . import (delta_rules, expressions, iterate, join, kernels, linear, reduce_host,
-               reduce_product, top_k, totals)
+from . import (delta_rules, expressions, iterate, join, kernels, linear, query_codes,
+               reduce_host, reduce_product, top_k, totals)
 from .changes import Changes, Unsupported, updates_schema
 from .config import host_mirror_rows, host_step_rows, max_rounds
 from .encoding import NULL_CODE, NoCode, fits
@@ -60,7 +60,6 @@ from .time import DIFF, INFINITY, ITERATION, TIME
 from .trace import Trace
 from .updates import CsvSource, normalise, read_source
 
-_INTEGRAL = ("byte", "short", "integer", "long")
 _HOSTED = (ir.Input, ir.Linear, ir.Concat, ir.Consolidate, ir.Arrange, ir.Imported, ir.Join,
            ir.Query, ir.Reduce, ir.Iterate, ir.Variable)
 
@@ -450,10 +449,9 @@ class HostStep:
         xp = self.xp
         inputs = {r: self._due((node, r), self.changes(i))
                   for r, i in zip(node.relations, node.inputs)}
-        for c in inputs.values():  # constants and comparisons are on the values themselves
-            if not all(f.dataType.typeName() in _INTEGRAL for f in c.schema.fields) or any(
-                    bool(xp.any(col == NULL_CODE)) for col in c.cols):
-                raise Unsupported("a query over columns that are not integers, or nulls")
+        kinds = {r: [f.dataType for f in c.schema.fields[:len(c.cols)]]
+                 for r, c in inputs.items()}
+        query = query_codes.coded(node.query, kinds, self.encoder)
         position = {r: i for i, r in enumerate(node.relations)}
         seeds = {r: (c.cols, c.t, c.d) for r, c in inputs.items()}
 
@@ -474,19 +472,19 @@ class HostStep:
                 value = xp.zeros_like(run.t) if req.value is None else col[names[req.value]]
                 for k in req.repeats:
                     keep = xp.logical_and(keep, col[names[k]] == value)
-                if bool(xp.any(xp.logical_and(keep, value == NULL_CODE))):
-                    raise Unsupported("a null in a query's relation")
                 rows = xp.nonzero(keep)[0]
                 out[req] = ([xp.take(col[names[k]], rows) for k in req.key],
                             xp.take(value, rows), xp.take(run.t, rows), xp.take(run.d, rows))
             return out
 
-        cols, t, d = delta_rules.run(xp, node.query, cq.delta_rules(node.query, node.order),
-                                     seeds, lookup)
+        cols, t, d = delta_rules.run(xp, query, cq.delta_rules(query, node.order), seeds,
+                                     lookup, null=NULL_CODE)
+        joined = delta_rules.joined(query)
         fields = []
-        for v in node.query.head:
-            r, k = node.query.binding(v)
-            fields.append(StructField(v, inputs[r].schema.fields[k].dataType, False))
+        for v in query.head:
+            r, k = query.binding(v)
+            column = inputs[r].schema.fields[k]
+            fields.append(StructField(v, column.dataType, column.nullable and v not in joined))
         return Changes(updates_schema(fields), list(cols), t, d)
 
     # ------------------------------------------------------------------ the step

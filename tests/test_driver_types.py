@@ -56,6 +56,15 @@ def relational_flow() -> Dataflow:
     flow.output("kept", o.semijoin(c.filter("segment IS NOT NULL"), on=["c_id"]))
     flow.output("positive", o.map("c_id", "score").filter("score IS NOT NULL").reduce(
         by=["c_id"], kernel=count_positive, schema="positive BIGINT"))
+    # conjunctive queries over codes: a STRING join variable with nulls (null matches
+    # nothing), STRING and DECIMAL constants, a DATE comparison, nullable head variables
+    rs, rp, rt = (o.map("c_id", col) for col in ("status", "placed", "total"))
+    flow.output("same_status", flow.query("q(a, b, s) :- rs(a, s), rs(b, s)", rs=rs))
+    flow.output("paid_on", flow.query("q(a, p) :- rs(a, 'paid'), rp(a, p), rt(a, 0)",
+                                      rs=rs, rp=rp, rt=rt))
+    flow.output("earlier", flow.query("q(a, p, p2) :- rp(a, p), rp(a, p2), p < p2", rp=rp))
+    flow.output("named", flow.query("q(a, n, s) :- rs(a, s), cn(a, n)", rs=rs,
+                                    cn=c.map("c_id", "name")))
     return flow
 
 

@@ -43,14 +43,20 @@ import pyarrow.parquet as pq
 from executor.errors import InputError
 from executor.time import DIFF, TIME
 
+from .metrics import step_record
+
 OUTPUT_FILE = "step-{:012d}.parquet"
 
 
 class Follower:
     """One runner (durable) fed from input folders, writing each step's changes once."""
 
-    def __init__(self, runner, folders: dict[str, str], output: str, say=print):
+    def __init__(self, runner, folders: dict[str, str], output: str, say=print,
+                 metrics=None, cdc=()):
+        """`metrics`: called with each step's record (executor/apps/metrics.py); `cdc`:
+        inputs whose files are Debezium change records (executor/cdc.py)."""
         self.runner, self.folders, self.output, self.say = runner, folders, output, say
+        self.metrics, self.cdc = metrics, set(cdc)
         self.read = set()  # (input, file name) of every committed step
         for record in self._history():
             for name, files in record.get("files", {}).items():
@@ -104,9 +110,14 @@ class Follower:
         return out
 
     def _table(self, name: str, file: str) -> pa.Table:
-        """One file's rows as Arrow, with `time` (the frontier) and `diff` (+1) when absent."""
+        """One file's rows as Arrow (a change-record file's as the keyed input's updates),
+        with `time` (the frontier) and `diff` (+1) when absent."""
         path = os.path.join(self.folders[name], file)
-        if file.endswith(".parquet"):
+        if name in self.cdc:
+            from executor import cdc
+            table = cdc.updates(name, cdc.read(name, path), self.runner.input_schemas[name],
+                                list(self.runner.flow.inputs[name].key))
+        elif file.endswith(".parquet"):
             table = pq.read_table(path)
         elif file.endswith((".csv", ".csv.gz")):
             from executor.updates import read_source
@@ -115,17 +126,14 @@ class Follower:
         else:
             raise InputError(name, "-", "input files must be Parquet (.parquet) or CSV (.csv)",
                              path)
-        lower = {c.lower() for c in table.column_names}
-        for column, value in ((TIME, self.runner.frontier), (DIFF, 1)):
-            if column not in lower:
-                table = table.append_column(column, pa.array([value] * table.num_rows,
-                                                             pa.int64()))
-        return table
+        return completed(table, self.runner.frontier)
 
     # ------------------------------------------------------------------ steps
     def step(self, files: dict[str, list[str]]):
         """One step of these files; returns its StepResult."""
         started = clock.perf_counter()
+        arrived = [os.stat(os.path.join(self.folders[name], f)).st_mtime
+                   for name, names in files.items() for f in names]
         tables = {}
         for name, names in files.items():
             parts = [self._table(name, f) for f in names]
@@ -134,15 +142,20 @@ class Follower:
             except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
                 raise InputError(name, "-", "the step's files have different columns",
                                  f"{', '.join(names)}: {e}") from None
-        upto = max([self.runner.frontier] + [_latest(t) for t in tables.values()]) + 1
-        result = self.runner.step(tables, upto=upto, note={"files": files})
+        rounds = dict(self.runner.rounds)
+        result = step_tables(self.runner, tables, {"files": files})
         for name in self.runner.plan:
             self._write(name, result.step, result.arrow(name))
+        written = clock.time()
         self.read.update((name, f) for name, names in files.items() for f in names)
+        total = clock.perf_counter() - started
         changes = {name: result.arrow(name).num_rows for name in self.runner.plan}
-        self.say(f"step {result.step} upto={upto} files={sum(map(len, files.values()))} "
-                 f"changes={sum(changes.values())} seconds="
-                 f"{clock.perf_counter() - started:.2f}", flush=True)
+        self.say(f"step {result.step} upto={result.upper} files={len(arrived)} "
+                 f"changes={sum(changes.values())} seconds={total:.2f}", flush=True)
+        if self.metrics is not None:
+            self.metrics(step_record(self.runner, result,
+                                     {name: t.num_rows for name, t in tables.items()},
+                                     len(arrived), total, arrived, written, rounds))
         return result
 
     def run(self, poll: float, until_idle: Optional[float]) -> None:
@@ -170,6 +183,23 @@ class Follower:
         self.stopping += 1
         if self.stopping > 1:  # a second signal: abandon the step in flight
             raise KeyboardInterrupt
+
+
+def completed(table: pa.Table, frontier: int) -> pa.Table:
+    """Rows as given, with `time` (the frontier) and `diff` (+1) added when absent."""
+    lower = {c.lower() for c in table.column_names}
+    for column, value in ((TIME, frontier), (DIFF, 1)):
+        if column not in lower:
+            table = table.append_column(column, pa.array([value] * table.num_rows,
+                                                         pa.int64()))
+    return table
+
+
+def step_tables(runner, tables: dict[str, pa.Table], note: dict):
+    """One step of these tables (each completed) to upto = max(frontier, their latest
+    time) + 1, `note` committed with it; its StepResult (follow and executor/streaming.py)."""
+    upto = max([runner.frontier] + [_latest(t) for t in tables.values()]) + 1
+    return runner.step(tables, upto=upto, note=note)
 
 
 def _latest(table: pa.Table) -> int:

@@ -11,6 +11,7 @@ import time
 
 import pyarrow.parquet as pq
 
+from conftest import ROOT
 from executor import Runner
 from executor.apps.cli import load_plan
 from executor.apps.follow import Follower
@@ -70,6 +71,11 @@ def test_metrics_lines_hold_each_steps_rows_traces_and_lag(spark, conf, tmp_path
     assert sum(sum(r["output_changes"].values()) for r in lines) > 0
     shown = screen.getvalue()
     assert shown.count("\r") == 3 and "step 3 [driver] in " in shown and " lag " in shown
+
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("#### Metrics"):readme.index("## Configuration")]
+    assert all(f"`{field}`" in table for field in lines[0])  # every field documented
+    assert all(f"`{field}`" in table for t in lines[0]["traces"].values() for field in t)
 
     quiet = io.StringIO()  # not a terminal: nothing drawn
     Sink(None, quiet)(lines[0])

@@ -183,6 +183,11 @@ BENCHMARKS = (
            "--sizes", "5000,50000,500000", "--layout-records", "2000000", "--repeat", "3",
            "--conf", "spark.master=local[2]"),
           "the same steps without a state directory", "none"),
+    Bench("soak", ("--steps", "12", "--changes", "20", *SMOKE_CONF), ("--steps", "1000"),
+          "none (trends over the run)", "none"),
+    Bench("follow_lag", ("--files", "2", "--changes", "100", "--every", "0.2", *SMOKE_CONF),
+          ("--files", "30", "--changes", "1000"), "none (issue 20's goal: median <= 1 s)",
+          "none"),
 )
 
 

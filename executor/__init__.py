@@ -4,9 +4,10 @@ applications built on it (the CLI, the demos, gpu-check) are in executor/apps/.
 Runner is imported on first use, so the modules that need no Spark (apps.gpu_check up to its
 Spark part, apps.progress) load on a machine without pyspark, such as a bare GPU box.
 """
-from .errors import InputError, PlanError, StateError, StepError
+from .errors import InputError, PlanError, StateError, StepError, SubscriberError
 
-__all__ = ["InputError", "PlanError", "Runner", "StateError", "StepError", "StepResult", "csv"]
+__all__ = ["InputError", "PlanError", "Runner", "StateError", "StepError", "StepResult",
+           "SubscriberError", "csv"]
 
 
 def __getattr__(name):

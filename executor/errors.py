@@ -1,5 +1,6 @@
 """Errors a user sees. Each names what was wrong (input, column, rule) in one line, so the CLI
-can print it as is; raising one always means the step was refused and nothing changed."""
+can print it as is; raising one means the step was refused and nothing changed (except
+SubscriberError: the step committed, then a subscriber's callback raised)."""
 from __future__ import annotations
 
 import difflib
@@ -7,7 +8,7 @@ import re
 
 from plans.errors import PlanError
 
-__all__ = ["InputError", "PlanError", "StateError", "StepError"]
+__all__ = ["InputError", "PlanError", "StateError", "StepError", "SubscriberError"]
 
 
 class InputError(ValueError):
@@ -22,6 +23,15 @@ class InputError(ValueError):
 class StepError(RuntimeError):
     """Spark failed while running a step (e.g. a diff product overflowed int64): the step was
     refused and state and outputs are as they were before it."""
+
+
+class SubscriberError(RuntimeError):
+    """A subscriber's callback raised (executor/subscriptions.py). Unlike the others, the
+    step HAS committed: `result` is its StepResult, `errors` every (output, exception)."""
+
+    def __init__(self, message: str, result, errors: list):
+        super().__init__(message)
+        self.result, self.errors = result, errors
 
 
 class StateError(RuntimeError):

@@ -34,6 +34,7 @@ from .consolidate import consolidate
 from .encoding import Encoder
 from .errors import InputError, StepError, analysis_message
 from .session import spark_session
+from .subscriptions import Subscription, Subscriptions
 from .state import arrow_digest
 from .lateness import holds_back, late
 from .running import appended as count_appended, counted
@@ -126,6 +127,7 @@ class Runner:
         self._pending: dict[str, object] = {n: None for n in self.plan}  # as _state's waiting
         self._logs: dict[str, Spine] = {n: output_log() for n in self.plan}
         self._tables = input_tables.tables(flow)  # keyed and strict inputs' current rows
+        self._subscriptions = Subscriptions()  # callbacks after each committed step
         # durability (executor/state.py): commit each step to `state`, resume from it
         self._store = None
         if state is not None:
@@ -289,13 +291,23 @@ class Runner:
         the files a step read)."""
         if upto is None or isinstance(upto, bool) or not isinstance(upto, int):
             raise PlanError("step: upto must be an integer time")
-        return self._step(updates or {}, upto, note or {})
+        result = self._step(updates or {}, upto, note or {})
+        self._subscriptions.deliver(result)
+        return result
 
     def close(self) -> StepResult:
         """Advance the frontier to infinity: every pending change is emitted."""
         result = self._step({}, None)
         self.closed = True
+        self._subscriptions.deliver(result)
         return result
+
+    def subscribe(self, name: str, callback) -> Subscription:
+        """Call `callback(changes, result)` with each step's final changes of output `name`
+        (an Arrow table: record columns, time, diff) once the step has committed;
+        `.cancel()` on the returned handle unsubscribes (executor/subscriptions.py)."""
+        self._check_output(name)
+        return self._subscriptions.add(name, callback)
 
     def _step(self, updates: dict, upto: Optional[int],
               note: Optional[dict] = None) -> StepResult:

@@ -3,8 +3,10 @@
     python -m executor run PLAN.py --input NAME=PATH ... --output DIR
            [--conf cpu|gpu|FILE] [--conf key=value ...] [--steps K] [--upto T] [--no-optimize]
            [--state STATE_DIR [--close]] [--strict] [--csv-option NAME.KEY=VALUE ...]
+           [--cdc NAME ...]
     python -m executor follow PLAN.py --input NAME=DIR ... --output DIR --state STATE_DIR
-           [--conf ...] [--poll SECONDS] [--until-idle SECONDS] [--strict]  (executor/apps/follow.py)
+           [--conf ...] [--poll SECONDS] [--until-idle SECONDS] [--strict] [--cdc NAME ...]
+           [--metrics FILE]  (executor/apps/follow.py)
     python -m executor explain PLAN.py [--no-optimize]
     python -m executor demo [--events N] [--steps K] [--conf ...]
     python -m executor triangles --edges PATH [--output DIR] [--steps K] [--conf ...]
@@ -111,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--state", default=None, metavar="STATE_DIR",
                    help="commit every step to STATE_DIR and resume from it (durable run)")
     r.add_argument("--strict", action="store_true", help=STRICT_HELP)
+    r.add_argument("--cdc", action="append", default=[], metavar="NAME", help=CDC_HELP)
     r.add_argument("--close", action="store_true",
                    help="with --state: close the inputs at the end (a closed state takes no "
                         "more steps); without --state a run always closes")
@@ -175,6 +178,8 @@ def _parser() -> argparse.ArgumentParser:
 
 STRICT_HELP = ("every input is strict: a step that would make a record's multiplicity "
                "negative is refused")
+CDC_HELP = ("input NAME (keyed) is read as Debezium change records (op, before, after) from "
+            "JSON lines or Parquet (executor/cdc.py; repeatable)")
 
 
 def _follow_parser(verbs, conf_help: str, log_help: str) -> None:
@@ -195,6 +200,10 @@ def _follow_parser(verbs, conf_help: str, log_help: str) -> None:
     f.add_argument("--until-idle", type=_seconds, default=None, metavar="SECONDS",
                    help="exit 0 after SECONDS without new files (default: run until a signal)")
     f.add_argument("--strict", action="store_true", help=STRICT_HELP)
+    f.add_argument("--cdc", action="append", default=[], metavar="NAME", help=CDC_HELP)
+    f.add_argument("--metrics", default=None, metavar="FILE",
+                   help="append one JSON line of metrics per step to FILE "
+                        "(executor/apps/metrics.py)")
     f.add_argument("--no-optimize", dest="optimize", action="store_false",
                    help="run the plan as written (no optimizer)")
     f.add_argument("--spark-log", default=None, metavar="FILE|-", help=log_help)
@@ -247,6 +256,17 @@ def parse_inputs(values: list[str], flow: Dataflow) -> dict[str, str]:
             raise CliError(f"--input {name}: given twice")
         paths[name] = path
     return paths
+
+
+def parse_cdc(names: list[str], paths: dict[str, str], flow: Dataflow) -> list[str]:
+    """`--cdc NAME` values: inputs given by --input, declared with a key."""
+    for name in names:
+        if name not in paths:
+            raise CliError(f"--cdc {name}: no --input {name}")
+        if not flow.inputs[name].key:
+            raise CliError(f"--cdc {name}: change records feed a keyed input; declare it "
+                           f"with flow.input(..., key=[...])")
+    return list(dict.fromkeys(names))
 
 
 def parse_csv_options(values: list[str], paths: dict[str, str]) -> dict:
@@ -340,8 +360,12 @@ def cmd_run(args) -> int:
         raise CliError("run: --upto T leaves the inputs open; --close closes them (give one)")
     flow = load_plan(args.plan, args.strict)
     paths = parse_inputs(args.input, flow)
+    cdc_inputs = parse_cdc(args.cdc, paths, flow)
     for name, path in paths.items():  # fail fast, before a JVM starts
-        _check_path(name, path)
+        if name in cdc_inputs and not os.path.exists(path):
+            raise InputError(name, "-", "file not found", path)
+        if name not in cdc_inputs:
+            _check_path(name, path)
     sources = parse_csv_options(args.csv_option, paths)
     for name in flow.inputs:
         if name not in paths:
@@ -351,6 +375,10 @@ def cmd_run(args) -> int:
         from executor import Runner  # imports pyspark: only for verbs that run
         runner = Runner(flow, conf=conf, optimize=args.optimize, state=args.state)
     try:
+        from executor import cdc
+        for name in cdc_inputs:
+            sources[name] = cdc.updates(name, cdc.read(name, paths[name]),
+                                        runner.input_schemas[name], list(flow.inputs[name].key))
         with spark_errors(lambda e: StepError(f"run refused: {e}")):
             run_plan(runner, sources, args.output, args.steps, args.upto,
                      close=args.upto is None and (args.state is None or args.close))
@@ -361,22 +389,30 @@ def cmd_run(args) -> int:
 
 def cmd_follow(args) -> int:
     from .follow import Follower
+    from .metrics import Sink
     conf = conf_from_args(args.conf)
     flow = load_plan(args.plan, args.strict)
     folders = parse_inputs(args.input, flow)
+    cdc_inputs = parse_cdc(args.cdc, folders, flow)
     for name, folder in folders.items():
         if not os.path.isdir(folder):
             raise CliError(f"--input {name}: {folder} is not a folder (follow watches folders)")
+    try:
+        sink = Sink(args.metrics)
+    except OSError as e:
+        raise CliError(f"--metrics {args.metrics}: cannot be opened ({e.strerror})") from None
     with spark_log(args.spark_log), starting_spark():
         from executor import Runner
         runner = Runner(flow, conf=conf, optimize=args.optimize, state=args.state)
     try:
         with spark_errors(lambda e: StepError(f"follow: step refused: {e}")):
-            Follower(runner, folders, args.output).run(args.poll, args.until_idle)
+            Follower(runner, folders, args.output, metrics=sink,
+                     cdc=cdc_inputs).run(args.poll, args.until_idle)
     except KeyboardInterrupt:
         print(f"abandoned the step in flight; the state is at step {runner.steps}", flush=True)
         return 130
     finally:
+        sink.close()
         stop(runner.spark)
     return 0
 

@@ -37,11 +37,13 @@ import time as clock
 from typing import Optional
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from executor.arrivals import completed, step_tables
 from executor.errors import InputError
-from executor.time import DIFF, TIME
+from executor.time import TIME
+
+from .metrics import step_record
 
 OUTPUT_FILE = "step-{:012d}.parquet"
 
@@ -49,8 +51,12 @@ OUTPUT_FILE = "step-{:012d}.parquet"
 class Follower:
     """One runner (durable) fed from input folders, writing each step's changes once."""
 
-    def __init__(self, runner, folders: dict[str, str], output: str, say=print):
+    def __init__(self, runner, folders: dict[str, str], output: str, say=print,
+                 metrics=None, cdc=()):
+        """`metrics`: called with each step's record (executor/apps/metrics.py); `cdc`:
+        inputs whose files are Debezium change records (executor/cdc.py)."""
         self.runner, self.folders, self.output, self.say = runner, folders, output, say
+        self.metrics, self.cdc = metrics, set(cdc)
         self.read = set()  # (input, file name) of every committed step
         for record in self._history():
             for name, files in record.get("files", {}).items():
@@ -104,9 +110,14 @@ class Follower:
         return out
 
     def _table(self, name: str, file: str) -> pa.Table:
-        """One file's rows as Arrow, with `time` (the frontier) and `diff` (+1) when absent."""
+        """One file's rows as Arrow (a change-record file's as the keyed input's updates),
+        with `time` (the frontier) and `diff` (+1) when absent."""
         path = os.path.join(self.folders[name], file)
-        if file.endswith(".parquet"):
+        if name in self.cdc:
+            from executor import cdc
+            table = cdc.updates(name, cdc.read(name, path), self.runner.input_schemas[name],
+                                list(self.runner.flow.inputs[name].key))
+        elif file.endswith(".parquet"):
             table = pq.read_table(path)
         elif file.endswith((".csv", ".csv.gz")):
             from executor.updates import read_source
@@ -115,17 +126,14 @@ class Follower:
         else:
             raise InputError(name, "-", "input files must be Parquet (.parquet) or CSV (.csv)",
                              path)
-        lower = {c.lower() for c in table.column_names}
-        for column, value in ((TIME, self.runner.frontier), (DIFF, 1)):
-            if column not in lower:
-                table = table.append_column(column, pa.array([value] * table.num_rows,
-                                                             pa.int64()))
-        return table
+        return completed(table, self.runner.frontier)
 
     # ------------------------------------------------------------------ steps
     def step(self, files: dict[str, list[str]]):
         """One step of these files; returns its StepResult."""
         started = clock.perf_counter()
+        arrived = [os.stat(os.path.join(self.folders[name], f)).st_mtime
+                   for name, names in files.items() for f in names]
         tables = {}
         for name, names in files.items():
             parts = [self._table(name, f) for f in names]
@@ -134,15 +142,20 @@ class Follower:
             except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
                 raise InputError(name, "-", "the step's files have different columns",
                                  f"{', '.join(names)}: {e}") from None
-        upto = max([self.runner.frontier] + [_latest(t) for t in tables.values()]) + 1
-        result = self.runner.step(tables, upto=upto, note={"files": files})
+        rounds = dict(self.runner.rounds)
+        result = step_tables(self.runner, tables, {"files": files})
         for name in self.runner.plan:
             self._write(name, result.step, result.arrow(name))
+        written = clock.time()
         self.read.update((name, f) for name, names in files.items() for f in names)
+        total = clock.perf_counter() - started
         changes = {name: result.arrow(name).num_rows for name in self.runner.plan}
-        self.say(f"step {result.step} upto={upto} files={sum(map(len, files.values()))} "
-                 f"changes={sum(changes.values())} seconds="
-                 f"{clock.perf_counter() - started:.2f}", flush=True)
+        self.say(f"step {result.step} upto={result.upper} files={len(arrived)} "
+                 f"changes={sum(changes.values())} seconds={total:.2f}", flush=True)
+        if self.metrics is not None:
+            self.metrics(step_record(self.runner, result,
+                                     {name: t.num_rows for name, t in tables.items()},
+                                     len(arrived), total, arrived, written, rounds))
         return result
 
     def run(self, poll: float, until_idle: Optional[float]) -> None:
@@ -170,17 +183,6 @@ class Follower:
         self.stopping += 1
         if self.stopping > 1:  # a second signal: abandon the step in flight
             raise KeyboardInterrupt
-
-
-def _latest(table: pa.Table) -> int:
-    """The latest time of a file's rows (-1 when none, or when a time is not an integer:
-    the step's checks then refuse it by name)."""
-    column = table.column(next(c for c in table.column_names if c.lower() == TIME))
-    try:
-        latest = pc.max(column.cast(pa.int64())).as_py()
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return -1
-    return -1 if latest is None else latest
 
 
 def _fsync(path: str) -> None:

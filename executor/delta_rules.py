@@ -21,7 +21,7 @@ from typing import Callable, Optional
 from gpu_kernels import consolidate, group_starts, sort_by
 from gpu_kernels.csr import row_ranges
 from gpu_kernels.diffs import multiply_diffs
-from gpu_kernels.timed_index import build_timed_index, extend_as_of, multiplicity
+from gpu_kernels.timed_index import build_timed_index, extend_as_of, multiplicity, visible
 from plans import query as cq
 
 
@@ -143,11 +143,11 @@ def _seed(xp, rule: cq.DeltaRule, columns, t, d, unbound: _Nulls) -> _Prefixes:
 
 def _validated(xp, rule: cq.DeltaRule, p: _Prefixes, got: dict) -> _Prefixes:
     for val in rule.validators:
-        req = _validator_request(val)
-        rows, prefix = codes(xp, got[req][0], [p.vars[v] for _, v in val.columns],
-                              got[req][2].shape[0], p.t.shape[0])
+        key_cols, _, t, d = _seen(xp, got[_validator_request(val)], p.t, val.reads)
+        rows, prefix = codes(xp, key_cols, [p.vars[v] for _, v in val.columns],
+                              t.shape[0], p.t.shape[0])
         zero = xp.zeros_like(rows)
-        index = build_timed_index(xp, rows, zero, got[req][2], got[req][3])
+        index = build_timed_index(xp, rows, zero, t, d)
         lo, hi = row_ranges(xp, index.csr, prefix)
         m = multiplicity(xp, index, lo, hi, xp.zeros_like(prefix), p.t, val.reads)
         p = _Prefixes(p.vars, p.t, multiply_diffs(xp, p.d, m))
@@ -159,7 +159,7 @@ def _extended(xp, step: cq.Extension, p: _Prefixes, got: dict, chunk_rows: int,
               live: set, unbound: _Nulls) -> _Prefixes:
     indices, keys = [], []
     for e in step.extenders:
-        key_cols, value, t, d = got[_request(e)]
+        key_cols, value, t, d = _seen(xp, got[_request(e)], p.t, e.reads)
         rows, prefix = codes(xp, key_cols, [p.vars[v] for _, v in e.key], t.shape[0],
                               p.t.shape[0])
         indices.append(build_timed_index(xp, rows, value, t, d))
@@ -182,6 +182,21 @@ def _extended(xp, step: cq.Extension, p: _Prefixes, got: dict, chunk_rows: int,
                           if v in live}, p.t[:0], p.d[:0])
     return _Prefixes({v: xp.concat([q.vars[v] for q in parts]) for v in parts[0].vars},
                      xp.concat([q.t for q in parts]), xp.concat([q.d for q in parts]))
+
+
+def _seen(xp, rows: tuple, t, reads: str) -> tuple:
+    """The index rows (key columns, value, time, diff) that some prefix (times `t`) reads:
+    a big step's own updates are invisible to the rules that read the relation as of
+    `time < t`, so those rules neither index nor propose them."""
+    key_cols, value, times, d = rows
+    if not t.shape[0]:
+        return [k[:0] for k in key_cols], value[:0], times[:0], d[:0]
+    keep = visible(xp, times, xp.max(t), reads)
+    if bool(xp.all(keep)):
+        return rows
+    keep = xp.nonzero(keep)[0]
+    return ([xp.take(k, keep) for k in key_cols], xp.take(value, keep), xp.take(times, keep),
+            xp.take(d, keep))
 
 
 def _chunks(xp, ranges, chunk_rows: int):

@@ -11,6 +11,7 @@ from . import ir
 from . import query as cq
 from .errors import PlanError
 from .ordering import sort_keys
+from .outer_join import HOW, outer_join
 from .schema import column_names
 
 
@@ -205,11 +206,16 @@ class Collection:
     def _arranged(self, keys: tuple[str, ...]) -> ir.Node:
         return ir.Arrange(self._collection_node(), keys)
 
-    def join(self, other: "Collection", on) -> "Collection":
-        """Inner equi-join: on columns, then this side's other columns, then the other's;
-        a clash between the two sides' other columns is an error (rename with map)."""
+    def join(self, other: "Collection", on, how: str = "inner") -> "Collection":
+        """Equi-join: on columns, then this side's other columns, then the other's; a clash
+        between the two sides' other columns is an error (rename with map). how="left",
+        "right" or "full" also keeps that side's records without a match, the other side's
+        columns NULL (plans/outer_join.py)."""
         on = self._check_join(other, on, "join")
-        return Collection(self.flow, ir.Join(self._arranged(on), other._arranged(on), on))
+        if how not in HOW:
+            raise PlanError(f"join: how={how!r} must be one of {', '.join(map(repr, HOW))}")
+        inner = Collection(self.flow, ir.Join(self._arranged(on), other._arranged(on), on))
+        return inner if how == "inner" else outer_join(self, other, on, how, inner)
 
     def semijoin(self, other: "Collection", on) -> "Collection":
         """This side's records whose `on` key is present in `other` (multiplicity unchanged)."""

@@ -13,6 +13,7 @@ from .errors import PlanError
 from .ordering import sort_keys
 from .outer_join import HOW, outer_join
 from .schema import column_names
+from .sql import view as sql_view
 
 
 class Dataflow:
@@ -73,6 +74,17 @@ class Dataflow:
             raise PlanError(f"{where}: plan={plan!r} must be 'delta' or 'naive'")
         return Collection(self, ir.Query(tuple(nodes[r] for r in q.relations()),
                                          q.relations(), q, tuple(order)))
+
+    def sql(self, text: str, **collections: "Collection") -> "Collection":
+        """A Spark SQL query (SELECT, WITH, UNION) over this flow's inputs by name; keyword
+        Collections stand for tables of their name (and win over an input so named).
+        Lowered to the builder's operators when the plan is built (plans/sql.py)."""
+        for name, c in collections.items():
+            if not isinstance(c, Collection) or c.flow is not self:
+                raise PlanError(f"sql: {name}= must be a Collection of this Dataflow")
+        tables = {n.lower(): Collection(self, node) for n, node in self.inputs.items()}
+        return Collection(self, sql_view(text, {**tables, **{n.lower(): c for n, c in
+                                                              collections.items()}}).node)
 
     def _naive(self, q: cq.Query, order, nodes: dict) -> "Collection":
         from .naive import naive_query

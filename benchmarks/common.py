@@ -251,6 +251,16 @@ def measure(name: str, description: str, run: Callable[[], object], repeat: int 
     return m
 
 
+def isolated(fn, *args):
+    """fn(*args) in a fresh Python process (spawned: nothing of this one is inherited), the
+    way each peer runs: no shared heap, JIT or session with diffspark or another peer."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
+
+
 def ratio(num: float, den: float) -> Optional[float]:
     return round(num / den, 3) if den > 0 else None
 

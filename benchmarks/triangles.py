@@ -197,8 +197,8 @@ def run_incremental(args) -> dict:
     so a peak memory is one system's alone and no run slows another."""
     src, dst = rmat_edges(args.rows, args.seed)
     batches = change_batches(src, dst, args)
-    peers = isolated(_peers_run, src, dst, batches)
-    ours = isolated(_diffspark_run, args.profile, args.conf + args.incremental_conf,
+    peers = common.isolated(_peers_run, src, dst, batches)
+    ours = common.isolated(_diffspark_run, args.profile, args.conf + args.incremental_conf,
                     src, dst, batches)
     rows = []
     before = peers["before"]
@@ -250,15 +250,6 @@ def change_batches(src, dst, args) -> list[tuple[list, list]]:
 def oriented(src, dst) -> set[tuple[int, int]]:
     """The undirected edges as (least, greatest) pairs, self loops dropped."""
     return {(min(a, b), max(a, b)) for a, b in zip(src.tolist(), dst.tolist()) if a != b}
-
-
-def isolated(fn, *args):
-    """fn(*args) in a fresh Python process (spawned: nothing of this one is inherited)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(fn, *args).result()
 
 
 def _diffspark_run(profile, overrides, src, dst, batches) -> dict:

@@ -34,7 +34,7 @@ import time as clock
 from collections import ChainMap
 from dataclasses import dataclass, field
 from itertools import groupby
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 import pyarrow as pa
@@ -48,7 +48,7 @@ from plans import query as cq
 from plans.ir import PlanError
 
 from . import (delta_rules, expressions, iterate, join, kernels, linear, reduce_host,
-               reduce_product, totals)
+               reduce_product, top_k, totals)
 from .changes import Changes, Unsupported, updates_schema
 from .config import host_mirror_rows, host_step_rows, max_rounds
 from .encoding import NULL_CODE, NoCode, fits
@@ -336,7 +336,8 @@ class HostStep:
         if self.scope is not None:
             return self._consolidated(reduce_product.host_delta(self, node, view))
         ready = self._due(node, view.batch)
-        family = totals if totals.applies(node, view) else reduce_host
+        family = totals if totals.applies(node, view) else \
+            top_k if top_k.applies(node) else reduce_host
         return self._consolidated(family.delta(self, node, view, ready))
 
     # ------------------------------------------------------------------ joins
@@ -601,9 +602,15 @@ def step(runner, updates: dict, upto: Optional[int]) -> Optional[Done]:
             if ready is not None:
                 sources[name] = ready
                 continue
-        rows = _local(runner.spark, read_source(runner.spark, name, source, schema), limit)
+        rows = _local(read_source(runner.spark, name, source, schema), limit)
         if rows is None:
             return None
+        if isinstance(rows, pa.Table):  # collected from a computed frame: check it on Arrow
+            ready = _ready(rows, schema, runner.frontier, upto)
+            if ready is not None:
+                sources[name] = ready
+                continue
+            rows = runner.spark.createDataFrame(rows)
         sources[name] = normalise(name, rows, schema, runner.frontier, upto, local=True)
     held = _held(runner)
     if held is None or (held and runner._store is not None):
@@ -675,11 +682,12 @@ def _ready(table: pa.Table, schema: StructType, frontier: int, upto: int) -> Opt
         list(schema.fields))))
 
 
-def _local(spark, df: DataFrame, limit: int) -> Optional[DataFrame]:
+def _local(df: DataFrame, limit: int) -> Union[DataFrame, pa.Table, None]:
     """`df` as local rows when it holds at most `limit`, else None. Rows already local (a
     pyarrow Table or pandas frame given to createDataFrame) cost nothing; a computed frame
-    (a Python list given to createDataFrame, a checkpoint) one job for at most limit + 1
-    rows; any other frame (a file scan, a plan) runs on Spark."""
+    (a Python list given to createDataFrame, a cached frame, a checkpoint) one job for at
+    most limit + 1 rows, returned as Arrow; any other frame (a file scan, a plan) runs on
+    Spark."""
     plan = df._jdf.queryExecution().analyzed()
     kind = plan.getClass().getSimpleName()
     if kind == "LocalRelation":
@@ -687,4 +695,4 @@ def _local(spark, df: DataFrame, limit: int) -> Optional[DataFrame]:
     if kind != "LogicalRDD":
         return None
     table = df.limit(limit + 1).toArrow()
-    return spark.createDataFrame(table) if table.num_rows <= limit else None
+    return table if table.num_rows <= limit else None

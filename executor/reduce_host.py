@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
+from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema, to_arrow_type
 from pyspark.sql.types import DecimalType, DoubleType, FloatType, StructField, StructType
 
 from gpu_kernels import DiffOverflow, consolidate, group_starts, multiply_diffs, neighbours
@@ -25,16 +25,18 @@ from plans.reduce_kernel import call_reduce_kernel
 
 from . import expressions
 from .changes import Changes, Unsupported
-from .encoding import NULL_CODE, float_codes, float_values, order_keys, rank
+from .encoding import NULL_CODE, NoCode, float_codes, float_values, order_keys, ordered, rank
 from .time import DIFF, TIME
 
 _SAFE = 2.0 ** 62  # sums whose |terms| add up below this cannot overflow int64
 
 
-def delta(step, node: ir.Reduce, view, ready):
+def delta(step, node: ir.Reduce, view, ready, held=None):
     """The reduction's changes for the step (unconsolidated Changes in the node's schema):
     at the times of `ready` (the updates due before upto). The history is the trace's
-    (mirror and step batch); its updates at later times fall after every grid time."""
+    (mirror and step batch); its updates at later times fall after every grid time. `held`
+    (a Run in the mirror's columns) replaces the mirror's updates under the touched keys
+    where fewer decide the result (top_k's candidates, executor/top_k.py)."""
     xp, batch, old = step.xp, view.batch, view.old
     schema = step.runner.node_schemas[node]
     if ready.size == 0:
@@ -43,7 +45,7 @@ def delta(step, node: ir.Reduce, view, ready):
     kinds = {f.name: f.dataType for f in batch.schema.fields}
     touched = [ready.col(c) for c in columns[:nkeys]]
     fresh = [batch.col(c) for c in columns]
-    held = old.rows(touched)
+    held = old.rows(touched) if held is None else held
     cols = [xp.concat([h, b]) for h, b in zip(held.cols, fresh)]
     t, d = xp.concat([held.t, batch.t]), xp.concat([held.d, batch.d])
 
@@ -189,17 +191,50 @@ def _top_k(step, node, g, acc, m, kinds, records, schema):
     positive = xp.nonzero(m > 0)[0]
     g, m = xp.take(g, positive), xp.take(m, positive)
     acc = {c: xp.take(v, positive) for c, v in acc.items()}
-    order = red.order
-    keys = [xp.asarray(rank(v, descending, nulls_first)) for v, (_, descending, nulls_first)
-            in zip(_values(step, acc, kinds, records, [e for e, _, _ in order]), order)]
+    keys = order_columns(step, acc, kinds, records, red.order)
+    # ties by the record; its group keys are equal within a group
     keys += [xp.asarray(order_keys(step.encoder, to_numpy(xp, acc[c]), kinds[c]))
-             for c in records]
+             for c in records if c not in node.by]
     perm = sort_by(xp, [g, *keys])
     g, m = xp.take(g, perm), xp.take(m, perm)
     before = running_segments(xp, m, group_starts(xp, [g])) - m
     keep = xp.nonzero(before < red.k)[0]
     return (xp.take(g, keep), {c: xp.take(xp.take(acc[c], perm), keep) for c in records},
             xp.minimum(xp.take(m, keep), red.k - xp.take(before, keep)))
+
+
+def order_columns(step, acc: dict, kinds: dict, records: list, order: tuple,
+                  ranks: bool = True):
+    """int64 columns that sort the records (`acc`: {column: codes}) as top_k's ORDER BY
+    does. Per key, over a type whose codes sort as its values (executor/encoding.py
+    `ordered`): a nulls flag, then the code (complemented for DESC). Over another type (a
+    STRING): the values' dense ranks among these records where `ranks`, else None is
+    returned (no column that other records could be compared by)."""
+    xp = step.xp
+    computed = iter(expression_values(step, acc, kinds, records,
+                                      [e for e, _, _ in order if e not in acc]))
+    out = []
+    for e, descending, nulls_first in order:
+        values = None if e in acc else next(computed)
+        kind = kinds[e] if e in acc else from_arrow_type(values.type)
+        if not ordered(kind):
+            if not ranks:
+                return None
+            values = step.encoder.decode(to_numpy(xp, acc[e]), kind) if e in acc else values
+            out.append(xp.asarray(rank(values, descending, nulls_first)))
+            continue
+        try:
+            codes = acc[e] if e in acc else xp.asarray(step.encoder.encode(values, kind))
+        except NoCode:  # a DECIMAL result beyond int64
+            if not ranks:
+                return None
+            out.append(xp.asarray(rank(values, descending, nulls_first)))
+            continue
+        null = codes == NULL_CODE
+        one, zero = xp.ones_like(codes), xp.zeros_like(codes)
+        out.append(xp.where(null, zero, one) if nulls_first else xp.where(null, one, zero))
+        out.append(xp.where(null, zero, xp.bitwise_invert(codes) if descending else codes))
+    return out
 
 
 def _count(step, node, g, acc, m, kinds, records, schema):
@@ -254,7 +289,7 @@ def _kernel(step, node, g, acc, m, kinds, records, schema):
     return xp.take(groups, xp.take(out_group, keep)), out, xp.take(count, keep)
 
 
-def _values(step, acc, kinds, records, exprs) -> list:
+def expression_values(step, acc, kinds, records, exprs) -> list:
     """Arrow columns of `exprs` over the decoded records: a record column as itself, any
     other expression by Spark over the local rows (no job)."""
     xp = step.xp

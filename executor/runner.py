@@ -27,7 +27,7 @@ from plans.errors import PlanError
 
 from gpu_kernels import DiffOverflow
 
-from . import host, iterate, join, limits, linear, reduce_product, wcoj
+from . import host, input_tables, iterate, join, limits, linear, reduce_product, wcoj
 from . import reduce as reduce_ops
 from .config import kernel_backend, load_conf, local_query_rows, partitions
 from .consolidate import consolidate
@@ -125,6 +125,7 @@ class Runner:
         self.closed = False
         self._pending: dict[str, object] = {n: None for n in self.plan}  # as _state's waiting
         self._logs: dict[str, Spine] = {n: output_log() for n in self.plan}
+        self._tables = input_tables.tables(flow)  # keyed and strict inputs' current rows
         # durability (executor/state.py): commit each step to `state`, resume from it
         self._store = None
         if state is not None:
@@ -280,12 +281,15 @@ class Runner:
         return step.views[node].delta_frame(handle.empty())
 
     # ------------------------------------------------------------------ steps
-    def step(self, updates: Optional[dict] = None, upto: Optional[int] = None) -> StepResult:
+    def step(self, updates: Optional[dict] = None, upto: Optional[int] = None,
+             note: Optional[dict] = None) -> StepResult:
         """Apply `updates` (input name -> DataFrame or Parquet/CSV path) with times in
-        [frontier, upto) and advance the frontier to `upto`."""
+        [frontier, upto) and advance the frontier to `upto`. `note` (JSON values) is recorded
+        with the step in a durable state's history, committed with it (`follow` records
+        the files a step read)."""
         if upto is None or isinstance(upto, bool) or not isinstance(upto, int):
             raise PlanError("step: upto must be an integer time")
-        return self._step(updates or {}, upto)
+        return self._step(updates or {}, upto, note or {})
 
     def close(self) -> StepResult:
         """Advance the frontier to infinity: every pending change is emitted."""
@@ -293,11 +297,14 @@ class Runner:
         self.closed = True
         return result
 
-    def _step(self, updates: dict, upto: Optional[int]) -> StepResult:
+    def _step(self, updates: dict, upto: Optional[int],
+              note: Optional[dict] = None) -> StepResult:
         started = clock.perf_counter()
         replay = self._store.replay(upto, self.frontier) if self._store else None
         lower = replay["lower"] if replay else self.frontier
         if self.closed and replay is None:
+            if self._store is not None:
+                raise self._store.closed()
             raise PlanError("step: the runner is closed")
         if upto is not None and upto < lower:
             raise PlanError(f"step: upto={upto} is below the frontier {lower}")
@@ -305,17 +312,21 @@ class Runner:
             if name not in self.input_schemas:
                 raise InputError(name, "-", "unknown input",
                                  f"the dataflow's inputs are {sorted(self.input_schemas)}")
+        ruled = None
+        if replay is None and self._tables:  # keyed and strict inputs (input_tables.py)
+            updates, ruled = input_tables.translate(self, updates, lower, upto)
         if replay is None and self._hosted:
             done = self._host_step(updates, upto)
             if done is not None:
                 logs = {n: self._logs[n].appended(t) if t.num_rows else self._logs[n]
                         for n, t in done.tables.items()}
                 try:  # Spark writes only a trace batch Spark made since the last commit
-                    self._commit(done.commits, done.pending, logs, lower, upto, done.digests)
+                    self._commit(done.commits, done.pending, logs, lower, upto, done.digests,
+                                 ruled, note)
                 except (Py4JJavaError, PySparkException) as e:
                     raise self._refused(e) from None
                 return self._advance(Frames(done.tables), done.pending, logs, done.commits,
-                                     done.holds, upto, started, host=True)
+                                     done.holds, upto, started, ruled, host=True)
         frames = {name: read_source(self.spark, name, src, self.input_schemas[name])
                   for name, src in updates.items()}
         sources, digests = dict(self._empty), {}
@@ -332,19 +343,24 @@ class Runner:
         try:
             changes, pending, logs = self._run(step)
             limits.check_outputs(self.conf, changes, self.steps + 1)
-            self._commit(step.commits, pending, logs, lower, upto, digests)
+            self._commit(step.commits, pending, logs, lower, upto, digests, ruled, note)
         except (Py4JJavaError, PySparkException) as e:
             raise self._refused(e) from None
-        return self._advance(changes, pending, logs, step.commits, step.holds, upto, started)
+        return self._advance(changes, pending, logs, step.commits, step.holds, upto, started,
+                             ruled)
 
     def _commit(self, commits: dict, pending: dict, logs: dict, lower: int,
-                 upto: Optional[int], digests: dict) -> None:
-        """Make a computed step durable (executor/state.py), whichever placement ran it."""
+                upto: Optional[int], digests: dict, ruled=None, note=None) -> None:
+        """Make a computed step durable (executor/state.py), whichever placement ran it;
+        `ruled`: the step's changes to keyed and strict inputs' tables; `note`: recorded in
+        the step's history record."""
         if self._store is not None:
+            ruled = ruled or input_tables.Ruled({}, {})
             self._store.commit(self, {**self._state, **commits}, pending, logs,
                                {"step": self.steps + 1, "lower": lower, "upto": upto,
-                                "inputs": digests},
-                               INFINITY if upto is None else upto, upto is None)
+                                "inputs": digests | ruled.digests, **(note or {})},
+                               INFINITY if upto is None else upto, upto is None,
+                               ruled.batches(self._tables))
 
     def _host_step(self, updates: dict, upto: Optional[int]) -> Optional[host.Done]:
         """The step on the driver (executor/host.py), or None to run it on Spark."""
@@ -364,10 +380,12 @@ class Runner:
         return StepError(f"step {self.steps + 1} refused, nothing changed: "
                          f"{_first_line(e)}{limits.memory_hint(e)}")
 
-    def _advance(self, changes, pending, logs, commits, holds, upto, started,
+    def _advance(self, changes, pending, logs, commits, holds, upto, started, ruled=None,
                  host: bool = False) -> StepResult:
         """Commit a step that has succeeded: its state replaces the runner's."""
         self._pending, self._logs = pending, logs
+        if ruled is not None:
+            ruled.apply()
         self._state.update(commits)
         for handle, since in holds:
             handle.hold(since)

@@ -223,6 +223,8 @@ class Store:
         runner._state = _LazyState(self, m["state"])
         runner._pending = {n: self._frame(o["pending"]) for n, o in m["outputs"].items()}
         runner._logs = {n: self._spine(o["log"]) for n, o in m["outputs"].items()}
+        for name, batches in m.get("input_rows", {}).items():  # executor/input_tables.py
+            runner._tables[name].restore([self._table(fid) for fid, _ in batches])
 
     def _read(self, fid: str):
         from pyspark.sql.types import StructType
@@ -237,6 +239,13 @@ class Store:
         df = checkpoint(self._read(fid), eager=False)
         self.frames[id(df)] = (df, fid)
         return df
+
+    def _table(self, fid: str) -> pa.Table:
+        """A frame written from Arrow, read back as Arrow (known: never written again)."""
+        import pyarrow.parquet as pq
+        table = pq.read_table(os.path.join(self.dir, DATA, fid))
+        self.frames[id(table)] = (table, fid)
+        return table
 
     def _spine(self, batches: list) -> Spine:
         spine = output_log()
@@ -269,12 +278,20 @@ class Store:
         record = history[self.replayed]
         if record["upto"] == upto:
             return record
+        if self.manifest["closed"]:
+            raise self.closed()
         if upto is None or upto >= frontier:  # past the committed frontier: a new step
             self.replayed = len(history)
             return None
         raise StateError(f"state {self.dir}: step {record['step']} was committed with "
                          f"upto={record['upto']}, this call has upto={upto} (rule: a resumed "
                          f"runner repeats its committed steps in order, then continues)")
+
+    def closed(self) -> StateError:
+        """The refusal of a step on a state that a close committed."""
+        return StateError(f"state {self.dir}: the state is closed (step "
+                          f"{self.manifest['steps']} closed it: frontier infinity; rule: a "
+                          f"closed state accepts no more steps; `run` closes only with --close)")
 
     def skip(self, record: dict, digests: dict, arrow) -> None:
         """Accept a repeated step if its inputs are the ones committed (an empty input and
@@ -296,8 +313,9 @@ class Store:
 
     # -------------------------------------------------------------- commit
     def commit(self, runner, new_state: dict, pending: dict, logs: dict, record: dict,
-               frontier: int, closed: bool) -> None:
-        """Make a computed step durable; raises (nothing committed) if any write fails."""
+               frontier: int, closed: bool, tables: Optional[dict] = None) -> None:
+        """Make a computed step durable; raises (nothing committed) if any write fails.
+        `tables`: keyed and strict inputs' batches (executor/input_tables.py)."""
         step = record["step"]
         # file id -> (what the runner holds, the frame to write: not on disk yet, trace or None)
         writes: dict[str, tuple] = {}
@@ -343,6 +361,8 @@ class Store:
                 entries[self.keys(entry)] = {"kind": "pending", "frame": fid(value)}
         outputs = {name: {"log": [[fid(b), s] for s, b in logs[name].batches],
                           "pending": fid(pending[name])} for name in logs}
+        input_rows = {name: [[fid(t), rows] for t, rows in batches]
+                      for name, batches in (tables or {}).items()}
         schemas = {**self.schemas, **{n: _schema(frame) for n, (_, frame, _) in writes.items()}}
         frames = {f: schemas[f] for f in used}
         try:
@@ -353,7 +373,7 @@ class Store:
             manifest = {"format": FORMAT, "version": VERSION, "plan": self.plan,
                         "steps": step, "frontier": frontier, "closed": closed,
                         "history": history, "state": entries, "outputs": outputs,
-                        "frames": frames}
+                        "input_rows": input_rows, "frames": frames}
             tmp = os.path.join(self.dir, MANIFEST + ".tmp")
             with open(tmp, "w") as f:
                 json.dump(manifest, f, indent=1)

@@ -19,19 +19,24 @@ from .sql import view as sql_view
 class Dataflow:
     """A dataflow description: inputs (name -> schema) and outputs (name -> collection)."""
 
-    def __init__(self):
+    def __init__(self, strict: bool = False):
+        self.strict = strict  # every input strict (the CLI's --strict)
         self.inputs: dict[str, ir.Input] = {}
         self.outputs: dict[str, ir.Node] = {}
         self._scopes = 0  # iterate scopes made so far: names their variables
 
-    def input(self, name: str, schema: str) -> "Collection":
-        """Declare an input collection with a Spark DDL record schema."""
+    def input(self, name: str, schema: str, key: Optional[list[str]] = None,
+              strict: bool = False) -> "Collection":
+        """Declare an input collection with a Spark DDL record schema. With `key`, a table
+        with upsert semantics (+1 replaces the key's row, -1 deletes it); with `strict`, a
+        step that would make a record's multiplicity negative is refused."""
         if not name.isidentifier():
             raise PlanError(f"input '{name}': name must be an identifier")
         if name in self.inputs:
             raise PlanError(f"input '{name}' is declared twice")
-        column_names(schema, f"input '{name}'")
-        node = ir.Input(name, schema)
+        columns = column_names(schema, f"input '{name}'")
+        node = ir.Input(name, schema, _input_key(name, key, columns),
+                        _flag(name, strict) or self.strict)
         self.inputs[name] = node
         return Collection(self, node)
 
@@ -100,6 +105,27 @@ class Dataflow:
 
     def explain(self) -> str:
         return ir.explain(self.outputs)
+
+
+def _input_key(name: str, key, columns: list[str]) -> tuple[str, ...]:
+    """A keyed input's key: distinct columns of its schema, at least one."""
+    if key is None:
+        return ()
+    if isinstance(key, str) or not isinstance(key, (list, tuple)) or not key:
+        raise PlanError(f"input '{name}': key={key!r} must be a non-empty list of column names")
+    for k in key:
+        if k not in columns:
+            raise PlanError(f"input '{name}': key column {k!r} is not in the schema "
+                            f"(its columns: {', '.join(columns)})")
+    if len(set(key)) != len(key):
+        raise PlanError(f"input '{name}': key={list(key)} names a column twice")
+    return tuple(key)
+
+
+def _flag(name: str, strict) -> bool:
+    if not isinstance(strict, bool):
+        raise PlanError(f"input '{name}': strict={strict!r} must be True or False")
+    return strict
 
 
 def _known_columns(node: ir.Node) -> Optional[list[str]]:

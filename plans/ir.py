@@ -139,9 +139,13 @@ class Node:
 class Input(Node):
     name: str
     schema: str
+    key: tuple[str, ...] = ()  # a keyed (upsert) input's key columns (executor/input_tables.py)
+    strict: bool = False  # refuses negative multiplicities
 
     def label(self):
-        return f"Input {self.name} ({self.schema})"
+        rules = (f" key={list(self.key)}" if self.key else "") + \
+            (" strict" if self.strict else "")
+        return f"Input {self.name} ({self.schema}){rules}"
 
 
 @dataclass(frozen=True)

@@ -178,6 +178,7 @@ def test_iterate_benchmark_smoke(spark, tmp_path):
                             "--conf", "diffspark.partitions=2", "--out", str(out)], spark=spark)
     r = payload["bfs"]
     assert r["edges"] == 200 and r["first_step_rounds"] and r["incremental_rounds"]
+    assert isinstance(r["goal_first_step_10x_peer_met"], bool)
     assert json.loads(out.read_text())["bfs"]["reached"] == r["reached"] > 0
 
 

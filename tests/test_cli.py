@@ -325,3 +325,30 @@ def test_csv_option_reads_another_dialect(tmp_path):
     assert done.returncode == 0, done.stderr
     got = pq.read_table(tmp_path / "out" / "out").to_pydict()
     assert sorted(zip(got["k"], got["s"])) == [(1, 'a; "b"'), (2, None)]
+
+
+@pytest.mark.slow
+@pytest.mark.ci
+def test_durable_run_stays_open_until_close(tmp_path):
+    """`run --state` leaves the state open (no close line, manifest not closed); the same run
+    again with --close repeats the committed step and closes; a later run with a new step is
+    refused, one line saying the state is closed."""
+    _, events = make_data()
+    ev = write_events(tmp_path / "events.parquet", events, "parquet")
+    args = ["run", PLAN, "--input", f"events={ev}", "--output", tmp_path / "out",
+            "--state", tmp_path / "state"]
+    first = cli(*args, tmp=tmp_path)
+    assert_ok(first)
+    assert "close" not in first.stdout
+    manifest = (tmp_path / "state" / "manifest.json").read_text()
+    assert '"closed": false' in manifest
+    closing = cli(*args, "--close", tmp=tmp_path)
+    assert_ok(closing)
+    assert "skipped (committed)" in closing.stdout and "close upto=inf" in closing.stdout
+    want = expected([], events)
+    for name in ("user_tags", "active"):
+        assert read_output(tmp_path / "out" / name) == want[name], name
+    refused = cli(*args, "--steps", 2, tmp=tmp_path)
+    assert refused.returncode == 2
+    assert re.fullmatch(r"error: state \S+: the state is closed \(step 2 closed it.*\)\n",
+                        refused.stderr), refused.stderr

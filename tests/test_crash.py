@@ -57,7 +57,7 @@ def start(tmp: Path, out: Path, state: Path | None, steps: int, crash: str | Non
     argv = [sys.executable, "-m", "executor", "run", str(PLAN),
             "--input", f"orders={tmp / 'orders.csv'}", "--input", f"prices={tmp / 'prices.csv'}",
             "--output", str(out), "--steps", str(steps), "--spark-log", str(tmp / "spark.log"),
-            *SPARK] + (["--state", str(state)] if state else [])
+            *SPARK] + (["--state", str(state), "--close"] if state else [])
     env = dict(os.environ, PYTHONPATH=str(REPO))
     env.pop("DIFFSPARK_CRASH_AT", None)
     if crash:

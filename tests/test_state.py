@@ -390,3 +390,24 @@ def test_driver_and_spark_runners_take_turns_on_one_state(spark, conf, tmp_path)
     assert outputs_rows(final, list(driver_flow().outputs)) == reference(
         spark, driver_flow().outputs, {n: ups for n, (_, ups) in inputs.items()})
     final.release_state()
+
+
+def test_a_closed_state_refuses_a_step_saying_it_is_closed(spark, conf, tmp_path):
+    """A close is committed: a resumed runner repeats it (skipped), and a new step is refused
+    by a message that names the closed state, not `upto`; nothing changes."""
+    where = str(tmp_path / "state")
+    ups = updates_df(spark, E, [((1, 2), 0, 1)])
+    runner = Runner(flow(), conf=conf, spark=spark, state=where)
+    runner.step({"e": ups}, upto=2)
+    runner.close()
+    runner.release_state()
+    before = (manifest(where), data_files(where))
+    again = Runner(flow(), conf=conf, spark=spark, state=where)
+    assert again.closed
+    with pytest.raises(StateError, match=r"the state is closed \(step 2 closed it.*--close"):
+        again.step({"e": ups}, upto=5)
+    assert again.step({"e": ups}, upto=2).skipped and again.close().skipped
+    with pytest.raises(StateError, match="the state is closed"):
+        again.step({}, upto=9)
+    again.release_state()
+    assert (manifest(where), data_files(where)) == before

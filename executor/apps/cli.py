@@ -2,7 +2,9 @@
 
     python -m executor run PLAN.py --input NAME=PATH ... --output DIR
            [--conf cpu|gpu|FILE] [--conf key=value ...] [--steps K] [--upto T] [--no-optimize]
-           [--state STATE_DIR] [--csv-option NAME.KEY=VALUE ...]
+           [--state STATE_DIR [--close]] [--strict] [--csv-option NAME.KEY=VALUE ...]
+    python -m executor follow PLAN.py --input NAME=DIR ... --output DIR --state STATE_DIR
+           [--conf ...] [--poll SECONDS] [--until-idle SECONDS] [--strict]  (executor/apps/follow.py)
     python -m executor explain PLAN.py [--no-optimize]
     python -m executor demo [--events N] [--steps K] [--conf ...]
     python -m executor triangles --edges PATH [--output DIR] [--steps K] [--conf ...]
@@ -19,7 +21,10 @@ with the record columns of the input's declared schema plus optional `time` and 
 updates in `--steps K` steps: the distinct input times (of all inputs together) are split into
 K consecutive groups, step i feeds group i with upto = the first time of group i+1 (the last
 group: its last time + 1), and finally the inputs are closed, so every pending change (a
-temporal filter's future retraction) is emitted. The output is the same for every K. With
+temporal filter's future retraction) is emitted. The output is the same for every K. A
+durable run (`--state`) leaves its inputs open unless `--close` is given, so the state can
+take the next day's steps (`follow`, or another `run`); its output then holds the changes
+before the last step's upto. With
 `--upto T` only updates at times < T are fed (later ones in the files are ignored), the last
 step goes to upto=T, the inputs stay open, and the output holds the changes at times < T.
 Each output is written to DIR/NAME/ as Parquet (overwritten): its record columns, `time` and
@@ -78,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
         prog=prog,
         description="diffspark: differential dataflow on Apache Spark.")
     verbs = p.add_subparsers(dest="verb", required=True,
-                             metavar="{run,explain,demo,triangles,gpu-check}")
+                             metavar="{run,follow,explain,demo,triangles,gpu-check}")
 
     conf_help = ("cpu (default), gpu or a .conf file; or key=value to override one setting "
                  "(repeatable)")
@@ -105,7 +110,12 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--spark-log", default=None, metavar="FILE|-", help=log_help)
     r.add_argument("--state", default=None, metavar="STATE_DIR",
                    help="commit every step to STATE_DIR and resume from it (durable run)")
+    r.add_argument("--strict", action="store_true", help=STRICT_HELP)
+    r.add_argument("--close", action="store_true",
+                   help="with --state: close the inputs at the end (a closed state takes no "
+                        "more steps); without --state a run always closes")
     r.set_defaults(func=cmd_run)
+    _follow_parser(verbs, conf_help, log_help)
 
     e = verbs.add_parser("explain", help="print a plan before and after optimization",
                          description="Print PLAN.py's plan as written and as run (no Spark).")
@@ -161,6 +171,44 @@ def _parser() -> argparse.ArgumentParser:
                    help="where the Spark JVM's log (with the NOT_ON_GPU lines) goes")
     g.set_defaults(func=cmd_gpu_check)
     return p
+
+
+STRICT_HELP = ("every input is strict: a step that would make a record's multiplicity "
+               "negative is refused")
+
+
+def _follow_parser(verbs, conf_help: str, log_help: str) -> None:
+    f = verbs.add_parser("follow", help="step a durable runner as files arrive in folders",
+                         description="Poll input folders; the files new since the last step "
+                         "are one step; write each step's output changes to "
+                         "DIR/NAME/step-<step>.parquet exactly once (executor/apps/follow.py).")
+    f.add_argument("plan", metavar="PLAN.py", help="Python file defining build(flow)")
+    f.add_argument("--input", action="append", default=[], metavar="NAME=DIR",
+                   help="folder receiving Parquet or CSV files for input NAME (repeatable)")
+    f.add_argument("--output", required=True, metavar="DIR", help="output folder")
+    f.add_argument("--state", required=True, metavar="STATE_DIR",
+                   help="durable state: steps committed here, resumed from here")
+    f.add_argument("--conf", action="append", default=[], metavar="PROFILE|KEY=VALUE",
+                   help=conf_help)
+    f.add_argument("--poll", type=_seconds, default=1.0, metavar="SECONDS",
+                   help="seconds between looks at the input folders (default 1)")
+    f.add_argument("--until-idle", type=_seconds, default=None, metavar="SECONDS",
+                   help="exit 0 after SECONDS without new files (default: run until a signal)")
+    f.add_argument("--strict", action="store_true", help=STRICT_HELP)
+    f.add_argument("--no-optimize", dest="optimize", action="store_false",
+                   help="run the plan as written (no optimizer)")
+    f.add_argument("--spark-log", default=None, metavar="FILE|-", help=log_help)
+    f.set_defaults(func=cmd_follow)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected seconds (a number >= 0), got {text!r}")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -231,8 +279,8 @@ def parse_csv_options(values: list[str], paths: dict[str, str]) -> dict:
 
 
 # ---------------------------------------------------------------------------- plan files
-def load_plan(path: str) -> Dataflow:
-    """The Dataflow that PLAN.py's `build(flow)` declares."""
+def load_plan(path: str, strict: bool = False) -> Dataflow:
+    """The Dataflow that PLAN.py's `build(flow)` declares (every input strict if `strict`)."""
     file = Path(path)
     if not file.is_file():
         raise CliError(f"plan file {path}: not found")
@@ -249,7 +297,7 @@ def load_plan(path: str) -> Dataflow:
     build = getattr(module, "build", None)
     if not callable(build):
         raise CliError(f"plan file {path}: defines no build(flow) function")
-    flow = Dataflow()
+    flow = Dataflow(strict=strict)
     try:
         build(flow)
     except Exception as e:
@@ -288,7 +336,9 @@ def cmd_explain(args) -> int:
 
 def cmd_run(args) -> int:
     conf = conf_from_args(args.conf)
-    flow = load_plan(args.plan)
+    if args.close and args.upto is not None:
+        raise CliError("run: --upto T leaves the inputs open; --close closes them (give one)")
+    flow = load_plan(args.plan, args.strict)
     paths = parse_inputs(args.input, flow)
     for name, path in paths.items():  # fail fast, before a JVM starts
         _check_path(name, path)
@@ -302,7 +352,30 @@ def cmd_run(args) -> int:
         runner = Runner(flow, conf=conf, optimize=args.optimize, state=args.state)
     try:
         with spark_errors(lambda e: StepError(f"run refused: {e}")):
-            run_plan(runner, sources, args.output, args.steps, args.upto)
+            run_plan(runner, sources, args.output, args.steps, args.upto,
+                     close=args.upto is None and (args.state is None or args.close))
+    finally:
+        stop(runner.spark)
+    return 0
+
+
+def cmd_follow(args) -> int:
+    from .follow import Follower
+    conf = conf_from_args(args.conf)
+    flow = load_plan(args.plan, args.strict)
+    folders = parse_inputs(args.input, flow)
+    for name, folder in folders.items():
+        if not os.path.isdir(folder):
+            raise CliError(f"--input {name}: {folder} is not a folder (follow watches folders)")
+    with spark_log(args.spark_log), starting_spark():
+        from executor import Runner
+        runner = Runner(flow, conf=conf, optimize=args.optimize, state=args.state)
+    try:
+        with spark_errors(lambda e: StepError(f"follow: step refused: {e}")):
+            Follower(runner, folders, args.output).run(args.poll, args.until_idle)
+    except KeyboardInterrupt:
+        print(f"abandoned the step in flight; the state is at step {runner.steps}", flush=True)
+        return 130
     finally:
         stop(runner.spark)
     return 0
@@ -368,9 +441,10 @@ def _check_path(name: str, path: str) -> None:
 
 # ---------------------------------------------------------------------------- running
 def run_plan(runner, paths: dict, output: str, steps: int = 1,
-             upto: Optional[int] = None) -> None:
+             upto: Optional[int] = None, close: bool = True) -> None:
     """Read the inputs (paths or csv(...) sources) once, feed them in `steps` steps over
-    their distinct times, close (unless `upto`), write every output to `output`/NAME/."""
+    their distinct times (up to `upto` when given), close when `close`, write every output
+    to `output`/NAME/."""
     from pyspark import StorageLevel
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
@@ -398,7 +472,7 @@ def run_plan(runner, paths: dict, output: str, steps: int = 1,
         result = runner.step(updates, upto=hi)
         print(f"step {i}/{len(bounds)} upto={hi} seconds={result.seconds:.2f}"
               f"{' skipped (committed)' if result.skipped else ''}", flush=True)
-    if upto is None:
+    if close:
         result = runner.close()
         print(f"close upto=inf seconds={result.seconds:.2f}"
               f"{' skipped (committed)' if result.skipped else ''}", flush=True)

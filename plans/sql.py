@@ -71,7 +71,8 @@ class Lowering:
     def __init__(self, relations: dict):
         self.relations = dict(relations)
         self.n = 0
-        self.used: set = set()  # ids of WHERE conjuncts a comma join already applied
+        self.used: set = set()  # ids of WHERE conjuncts already applied
+        self.ranked: dict = {}  # id of a derived table's SELECT -> (its row_number, k)
 
     def fresh(self, hint: str) -> str:
         self.n += 1
@@ -90,43 +91,64 @@ class Lowering:
                 ctes[cte.alias.lower()] = self.query(cte.this, ctes)
         if isinstance(q, exp.Subquery):
             return self.query(q.this, ctes)
-        if isinstance(q, exp.Union):
-            return self._union(q, ctes)
-        if isinstance(q, (exp.Intersect, exp.Except)):
-            raise refuse(q.key.upper(), "use IN / NOT EXISTS subqueries")
+        if isinstance(q, (exp.Union, exp.Intersect, exp.Except)):
+            return self._set_operation(q, ctes)
         if not isinstance(q, exp.Select):
             raise refuse(f"statement {type(q).__name__.upper()}", "a view is a query")
         return self._select(q, ctes)
 
-    def _union(self, q: exp.Union, ctes) -> Rel:
+    def _set_operation(self, q, ctes) -> Rel:
+        """UNION [ALL], INTERSECT [ALL], EXCEPT [ALL] by multiplicities, as Spark (nulls
+        equal): ALL keeps m(L) + m(R), min(m(L), m(R)) and max(m(L) - m(R), 0); without ALL
+        the result is distinct."""
+        what = f"{q.key.upper()}{'' if q.args.get('distinct') else ' ALL'}"
         left, right = self.query(q.this, ctes), self.query(q.expression, ctes)
         if len(left.cols) != len(right.cols):
-            raise PlanError(f"sql: UNION of {len(left.cols)} and {len(right.cols)} columns "
+            raise PlanError(f"sql: {what} of {len(left.cols)} and {len(right.cols)} columns "
                             f"(rule: both sides have as many columns)")
         for a, b in zip(left.cols, right.cols):
             if a.type and b.type and a.type != b.type:
-                raise refuse(f"UNION of column '{a.name}' ({a.type}) with '{b.name}' "
+                raise refuse(f"{what} of column '{a.name}' ({a.type}) with '{b.name}' "
                              f"({b.type})", "CAST one side to the other's type")
-        other = right.coll.map(*(f"`{b.internal}` AS `{a.internal}`"
-                                 for a, b in zip(left.cols, right.cols)))
-        coll = left.coll.concat(other)
-        if q.args.get("distinct"):
-            coll = coll.distinct()
+        l_ = left.coll
+        r_ = right.coll.map(*(f"`{b.internal}` AS `{a.internal}`"
+                              for a, b in zip(left.cols, right.cols)))
+        distinct = bool(q.args.get("distinct"))
+        if isinstance(q, exp.Union):
+            coll = l_.concat(r_).distinct() if distinct else l_.concat(r_)
+        elif distinct:  # each side distinct: a record counts 1 per side it is in
+            both = isinstance(q, exp.Intersect)
+            coll = l_.distinct().concat(r_.distinct() if both else r_.distinct().negate())
+            coll = coll.threshold(f"CASE WHEN count = {2 if both else 1} THEN 1 ELSE 0 END")
+        else:
+            surplus = l_.concat(r_.negate()).threshold("CASE WHEN count > 0 THEN count "
+                                                       "ELSE 0 END")
+            coll = surplus if isinstance(q, exp.Except) else l_.concat(surplus.negate())
         return self._top(q, Rel(coll, left.cols))
 
     def _select(self, q: exp.Select, ctes) -> Rel:
         for key in ("qualify", "windows"):
             if q.args.get(key):
                 raise refuse(key.upper())
+        ranked = self.ranked.pop(id(q), None)
+        if ranked is not None:  # drop the row_number item; its rank was the outer filter
+            q = q.copy()
+            q.set("expressions", [e for e in q.expressions if not e.find(exp.Window)])
+        self._rank_source(q)
         rel = self._from(q, ctes)
         where = q.args.get("where")
         if where is not None:
             rel = self._where(rel, where.this, ctes)
+        if ranked is not None:
+            if q.args.get("group") or any(_aggregates(e) for e in q.expressions):
+                raise refuse("row_number() over grouped rows", "rank the rows of a derived "
+                             "table without GROUP BY")
+            rel = self._ranked(rel, *ranked)
         group = q.args.get("group")
-        aggs = [a for e in q.expressions for a in e.find_all(*AGGREGATES)]
+        aggs = [a for e in q.expressions for a in _aggregates(e)]
         having = q.args.get("having")
         if group is not None or aggs or having is not None:
-            rel, items = self._aggregate(q, rel, group, having)
+            rel, items, _ = self._aggregate(q, rel, group, having)
         else:
             items = self._items(q, rel)
         names = [name for name, _ in items]
@@ -158,6 +180,10 @@ class Lowering:
         k = limit.expression
         if not (isinstance(k, exp.Literal) and not k.is_string and k.this.isdigit()):
             raise refuse(f"LIMIT {_text(k)}", "LIMIT takes a positive integer")
+        return Rel(rel.coll.top_k(int(k.this), order_by=self._order(order, rel)), rel.cols)
+
+    def _order(self, order, rel: Rel) -> str:
+        """top_k's order_by text of an ORDER BY (Spark's null order made explicit)."""
         keys = []
         for o in order.expressions:
             e = o.this
@@ -166,7 +192,42 @@ class Lowering:
             text = self._expr(e, rel, "ORDER BY")
             keys.append(f"{text} {'DESC' if o.args.get('desc') else 'ASC'} NULLS "
                         f"{'FIRST' if o.args.get('nulls_first') else 'LAST'}")
-        return Rel(rel.coll.top_k(int(k.this), order_by=", ".join(keys)), rel.cols)
+        return ", ".join(keys)
+
+    def _rank_source(self, q: exp.Select) -> None:
+        """FROM (SELECT ..., row_number() OVER (PARTITION BY p ORDER BY o) AS rn ...) AS s
+        WHERE rn <= k: noted for the derived table's lowering as top_k per p (its WHERE
+        conjunct marked applied); rn may be used nowhere else."""
+        source = q.args.get("from_") or q.args.get("from")
+        item = source.this if source is not None else None
+        if not (isinstance(item, exp.Subquery) and isinstance(item.this, exp.Select)):
+            return
+        windows = [e for e in item.this.expressions if e.find(exp.Window)]
+        where = q.args.get("where")
+        if not windows or where is None:
+            return
+        w = windows[0]
+        if len(windows) > 1 or not (isinstance(w, exp.Alias) and _row_number(w.this)):
+            raise refuse(f"window function {_text(w)}", "only row_number() OVER (PARTITION "
+                         "BY ... ORDER BY ...) AS rn, filtered by rn <= k outside")
+        rn = w.alias.lower()
+        limits = [(c, _rank_limit(c, rn)) for c in _conjuncts(where.this)]
+        limits = [(c, k) for c, k in limits if k is not None]
+        uses = [c for c in q.find_all(exp.Column) if c.name.lower() == rn]
+        if any(e.find(exp.Star) for e in q.expressions):
+            uses.append("*")
+        if len(limits) != 1 or len(uses) != 1:
+            raise refuse(f"row_number() AS {w.alias} used other than once, as {w.alias} <= k "
+                         f"in the outer WHERE", "its value is not kept; only the first k rows")
+        self.ranked[id(item.this)] = (w.this, limits[0][1])
+        self.used.add(id(limits[0][0]))
+
+    def _ranked(self, rel: Rel, window, k: int) -> Rel:
+        """The first k rows per partition by the window's order (ties by the record)."""
+        parts = [self.fresh("p") for _ in window.args.get("partition_by") or []]
+        keyed = self._keyed(rel, window.args.get("partition_by") or [], parts)
+        coll = keyed.top_k(k, order_by=self._order(window.args["order"], rel), by=parts)
+        return Rel(coll, rel.cols)
 
     # ------------------------------------------------------------------ FROM and joins
     def _from(self, q: exp.Select, ctes) -> Rel:
@@ -248,16 +309,21 @@ class Lowering:
         names = [self.fresh("k") for _ in keys]
         lk = self._keyed(left, [a for a, _ in keys], names)
         rk = self._keyed(right, [b for _, b in keys], names)
-        for (a, b), n in zip(keys, names):
-            ta = expression_type(_resolved(a, left), left.types())
-            tb = expression_type(_resolved(b, right), right.types())
-            if ta and tb and ta != tb:
-                raise refuse(f"join key {_text(a)} ({ta}) = {_text(b)} ({tb})",
-                             "CAST one side to the other's type")
+        for a, b in keys:
+            self._same_types(a, left, b, right)
         rel = Rel(lk.join(rk, on=names, how=how), left.cols + right.cols)
         for c in rest:
             rel = Rel(rel.coll.filter(self._expr(c, rel, "ON")), rel.cols)
         return rel
+
+    def _same_types(self, a, left: Rel, b, right: Rel) -> None:
+        """Keys compared by a join are of one type where the plan knows both (a join
+        compares values as stored; Spark would cast one side)."""
+        ta = expression_type(_resolved(a, left), left.types())
+        tb = expression_type(_resolved(b, right), right.types())
+        if ta and tb and ta != tb:
+            raise refuse(f"join key {_text(a)} ({ta}) = {_text(b)} ({tb})",
+                         "CAST one side to the other's type")
 
     def _keyed(self, rel: Rel, exprs, names):
         """Only the columns the query sees, plus the join keys."""
@@ -317,24 +383,83 @@ class Lowering:
             negated = isinstance(c, exp.Not)
             inner = c.this if negated else c
             if isinstance(inner, exp.In) and inner.args.get("query") is not None:
-                if negated:
-                    raise refuse("NOT IN (subquery)", "its null rule makes it a global "
-                                 "condition; write NOT EXISTS (... WHERE x = y)")
-                rel = self._in(rel, inner, ctes)
+                rel = (self._not_in if negated else self._in)(rel, inner, ctes)
             elif isinstance(inner, exp.Exists):
                 rel = self._exists(rel, inner.this, ctes, negated)
+            elif any(_scalar_subqueries(c)):
+                rel = self._scalar_filter(rel, c, ctes)
             else:
                 rel = Rel(rel.coll.filter(self._expr(c, rel, "WHERE")), rel.cols)
         return rel
 
+    def _scalar_filter(self, rel: Rel, c, ctes) -> Rel:
+        """A condition on one uncorrelated scalar subquery, an aggregate without GROUP BY:
+        over the rows joined to its value (one row, on a constant) while its input has rows,
+        else over its value on an empty input (count 0, others NULL)."""
+        subs = list(_scalar_subqueries(c))
+        if len(subs) > 1:
+            raise refuse(f"condition {_text(c)} with {len(subs)} scalar subqueries",
+                         "one per condition; AND them")
+        q = subs[0].this
+        if not isinstance(q, exp.Select) or q.args.get("group") or q.args.get("having") or \
+                len(q.expressions) != 1 or not _aggregates(q.expressions[0]):
+            raise refuse(f"scalar subquery {_text(subs[0])}", "a scalar subquery is one "
+                         "aggregate without GROUP BY or HAVING")
+        inside = self._from(q, ctes)
+        if q.args.get("where") is not None:
+            inside = self._where(inside, q.args["where"].this, ctes)
+        if not isinstance(q.expressions[0], exp.Alias):  # a value needs no name
+            q = q.copy()
+            q.set("expressions", [exp.alias_(q.expressions[0], "value")])
+        agg, items, empty = self._aggregate(q, inside, None, None, scalar=True)
+        (text, t), = [item for _, item in items]
+        v, one = self.fresh("scalar"), self.fresh("one")
+        cols = [f"`{col.internal}`" for col in rel.cols]
+        base = rel.coll.map(*cols, f"1 AS `{one}`")
+        value = agg.coll.map(f"1 AS `{one}`", f"{text} AS `{v}`")
+        joined = Rel(base.join(value, on=[one]), rel.cols + [Col(v, None, v, t)])
+        cond = c.copy().transform(lambda n: exp.column(v, quoted=True)
+                                  if n == subs[0] else n)
+        kept = joined.coll.filter(self._expr(cond, joined, "WHERE"))
+        at_empty = c.copy().transform(lambda n: exp.Paren(this=sqlglot.parse_one(
+            empty[0], read="spark")) if n == subs[0] else n)
+        none = base.antijoin(value, on=[one]).filter(self._expr(at_empty, rel, "WHERE"))
+        return Rel(kept.map(*cols).concat(none.map(*cols)), rel.cols)
+
     def _in(self, rel: Rel, c: exp.In, ctes) -> Rel:
+        """x IN (SELECT y ...): a semijoin on x = y (a null x or y matches nothing)."""
+        keyed, values, k = self._in_sides(rel, c, ctes)
+        return Rel(keyed.semijoin(values, on=[k]), rel.cols)
+
+    def _not_in(self, rel: Rel, c: exp.In, ctes) -> Rel:
+        """x NOT IN (SELECT y ...) with SQL's null rule: true when the subquery is empty;
+        else unknown (the row dropped) when x is null or some y is null; else x not among
+        the y. Two disjoint parts: non-null x absent from the y while no y is null, and
+        null x while there are no y (joined on a constant: those conditions are global)."""
+        keyed, values, k = self._in_sides(rel, c, ctes)
+        one = self.fresh("one")
+        cols = [f"`{col.internal}`" for col in rel.cols]
+
+        def flag(coll):
+            return coll.map(*cols, f"1 AS `{one}`")
+        nulls = values.filter(f"`{k}` IS NULL").map(f"1 AS `{one}`")
+        known = flag(keyed.filter(f"`{k}` IS NOT NULL").antijoin(values, on=[k]))
+        unknown = flag(keyed.filter(f"`{k}` IS NULL"))
+        coll = known.antijoin(nulls, on=[one]).concat(
+            unknown.antijoin(values.map(f"1 AS `{one}`"), on=[one]))
+        return Rel(coll.map(*cols), rel.cols)
+
+    def _in_sides(self, rel: Rel, c: exp.In, ctes):
+        """(rel with column k = x, the subquery's values as column k, k) of x [NOT] IN."""
         sub = self.query(c.args["query"].this, ctes)
         if len(sub.cols) != 1:
             raise PlanError(f"sql: IN (subquery) selects {len(sub.cols)} columns (rule: one)")
+        self._same_types(c.this, rel, exp.column(sub.cols[0].internal, quoted=True),
+                         Rel(sub.coll, [Col(sub.cols[0].internal, None, sub.cols[0].internal,
+                                            sub.cols[0].type)]))
         k = self.fresh("in")
-        keyed = self._keyed(rel, [c.this], [k])
-        return Rel(keyed.semijoin(sub.coll.map(f"`{sub.cols[0].internal}` AS `{k}`"), on=[k]),
-                   rel.cols)
+        return (self._keyed(rel, [c.this], [k]),
+                sub.coll.map(f"`{sub.cols[0].internal}` AS `{k}`"), k)
 
     def _exists(self, rel: Rel, q, ctes, negated: bool) -> Rel:
         """[NOT] EXISTS (SELECT ... FROM ... WHERE outer = inner AND ...): a semijoin
@@ -369,9 +494,12 @@ class Lowering:
         return _text(self._checked(_resolved(e, rel), where))
 
     def _checked(self, e, where: str):
-        for node in e.walk():  # windows and rand() were refused by _checked_statement
+        for node in e.walk():  # rand() was refused by _checked_statement
             if isinstance(node, exp.AggFunc):  # subqueries were refused by _resolved
                 raise refuse(f"aggregate {_text(node)} in {where}")
+            if isinstance(node, exp.Window):  # a row_number outside _rank_source's form
+                raise refuse(f"window function {_text(node)} in {where}", "row_number() "
+                             "AS rn in a derived table filtered by rn <= k outside")
         return e
 
     def _items(self, q: exp.Select, rel: Rel) -> list:
@@ -393,10 +521,12 @@ class Lowering:
         return out
 
     # ------------------------------------------------------------------ GROUP BY
-    def _aggregate(self, q: exp.Select, rel: Rel, group, having):
+    def _aggregate(self, q: exp.Select, rel: Rel, group, having, scalar: bool = False):
         """GROUP BY: every aggregate computed per group by the reduce family, joined on a
         non-null key of the group (JSON of its columns: a null group column matches), then
-        HAVING, then the SELECT list over group columns and aggregates."""
+        HAVING, then the SELECT list over group columns and aggregates. Also returns each
+        item's text over an empty input (counts 0, other aggregates NULL): without GROUP
+        BY (only as a `scalar` subquery) SQL's one row when there are no rows."""
         items = [_named(e) for e in q.expressions]
         if any(isinstance(b, exp.Star) for _, b in items):
             raise refuse("SELECT * with GROUP BY or aggregates")
@@ -408,9 +538,10 @@ class Lowering:
         if group is not None and (group.args.get("rollup") or group.args.get("cube")
                                   or group.args.get("grouping_sets")):
             raise refuse("ROLLUP, CUBE and GROUPING SETS")
-        if not group_exprs:
+        if not group_exprs and not scalar:
             raise refuse("an aggregate without GROUP BY", "over no rows SQL gives one row, "
-                         "which a view of changes cannot start from; add GROUP BY")
+                         "which a view of changes cannot make from no records; add GROUP BY "
+                         "(as a scalar subquery it is supported)")
         types = rel.types()
         exprs = [_resolved(b, rel) for _, b in items]
         cond = _resolved(having.this, rel) if having is not None else None
@@ -428,7 +559,8 @@ class Lowering:
         base = rel.coll.map(*(f"{_text(self._checked(g, 'GROUP BY'))} AS `{n}`"
                               for g, n in zip(group_exprs, gnames)),
                             *(f"`{c.internal}`" for c in rel.cols),
-                            f"to_json(struct({', '.join(f'`{n}`' for n in gnames)})) AS `{key}`")
+                            f"to_json(struct({', '.join(f'`{n}`' for n in gnames)})) AS `{key}`"
+                            if gnames else f"'' AS `{key}`")
         names, outs = [], []
         for i, a in enumerate(aggs):
             by = [key] + (gnames if i == 0 else [])
@@ -443,12 +575,15 @@ class Lowering:
                 result = result.join(o, on=[key])
         cols = [Col(n, None, n, t) for n, t in zip(gnames, gtypes)]
 
-        def over_groups(e):
+        def over_groups(e, empty=False):
             e = e.copy()
             mapping = [(a, n) for a, n in zip(aggs, names)] + list(zip(group_exprs, gnames))
 
             def swap(node):
                 for src, n in mapping:
+                    if node == src and empty:
+                        return exp.Literal.number(0) if isinstance(node, exp.Count) else \
+                            exp.Null()
                     if node == src:
                         return exp.column(n, quoted=True)
                 return node
@@ -468,7 +603,8 @@ class Lowering:
             e = over_groups(e)
             out.append((name, (_text(self._checked(e, "SELECT")),
                                expression_type(e, {k.lower(): v for k, v in all_types.items()}))))
-        return Rel(result, cols), out
+        empty = [_text(over_groups(e, empty=True)) for e in exprs] if not gnames else None
+        return Rel(result, cols), out, empty
 
     def _one_aggregate(self, base, a, by, name, types):
         """One aggregate per group: columns `by` + `name`."""
@@ -524,6 +660,19 @@ def _conjuncts(e) -> list:
     return [e]
 
 
+def _aggregates(e) -> list:
+    """The aggregates of `e` itself (not of its subqueries)."""
+    return [n for n in e.walk(prune=lambda n: isinstance(n, exp.Subquery))
+            if isinstance(n, AGGREGATES)]
+
+
+def _scalar_subqueries(e):
+    """Subqueries in `e` used as values (not under IN or EXISTS)."""
+    for node in e.find_all(exp.Subquery):
+        if not isinstance(node.parent, (exp.In, exp.Exists)):
+            yield node
+
+
 def _func_name(node: exp.Func) -> str:
     if isinstance(node, exp.Anonymous):
         return str(node.this).lower()
@@ -576,11 +725,35 @@ def view(text: str, relations: dict):
     return Lowering(relations).query(_checked_statement(statements[0])).coll
 
 
+def _row_number(w) -> bool:
+    """row_number() OVER (ORDER BY ...) with the default frame, optionally partitioned."""
+    return isinstance(w, exp.Window) and isinstance(w.this, exp.RowNumber) and \
+        w.args.get("order") is not None and not w.args.get("spec")
+
+
+def _rank_limit(c, rn: str) -> Optional[int]:
+    """k when `c` is rn <= k, rn < k + 1, k >= rn or k + 1 > rn (k a positive integer)."""
+    flipped = {exp.GTE: exp.LTE, exp.GT: exp.LT}
+    if type(c) in flipped:
+        c = flipped[type(c)](this=c.expression, expression=c.this)
+    if not isinstance(c, (exp.LTE, exp.LT)) or not isinstance(c.this, exp.Column) or \
+            c.this.name.lower() != rn:
+        return None
+    k = c.expression
+    if not (isinstance(k, exp.Literal) and not k.is_string and k.this.isdigit()):
+        return None
+    k = int(k.this) - (1 if isinstance(c, exp.LT) else 0)
+    return k if k >= 1 else None
+
+
 def _checked_statement(s):
     """Refuse windows and non-deterministic functions as written (before renaming)."""
     for node in s.walk():
-        if isinstance(node, exp.Window):
-            raise refuse(f"window function {_text(node)}", "only ORDER BY ... LIMIT k")
+        if isinstance(node, exp.Window) and not (_row_number(node) and
+                                                 isinstance(node.parent, exp.Alias)):
+            raise refuse(f"window function {_text(node)}", "only ORDER BY ... LIMIT k, and "
+                         "row_number() OVER (PARTITION BY ... ORDER BY ...) AS rn in a "
+                         "derived table filtered by rn <= k")
         if isinstance(node, _NON_DETERMINISTIC_NODES) or (
                 isinstance(node, exp.Func) and _func_name(node) in NON_DETERMINISTIC):
             raise refuse(f"non-deterministic function {_text(node)}",

@@ -42,6 +42,15 @@ QUERIES = {
     "exists": "SELECT k, g FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.k = t.k AND s = 'a')",
     "not_exists": "SELECT k, g FROM t WHERE NOT EXISTS (SELECT * FROM u WHERE u.k = t.k)",
     "top_k": "SELECT k, x, g FROM t ORDER BY x DESC NULLS LAST, k, g LIMIT 2",
+    "intersect": "SELECT k, g FROM t INTERSECT SELECT k, s FROM u",
+    "intersect_all": "SELECT k FROM t INTERSECT ALL SELECT k FROM u",
+    "except": "SELECT k, g FROM t EXCEPT SELECT k, s FROM u",
+    "except_all": "SELECT k FROM t EXCEPT ALL SELECT k FROM u WHERE y > 0",
+    "not_in": "SELECT k, x FROM t WHERE x NOT IN (SELECT y FROM u WHERE s = 'a')",
+    "scalar_avg": "SELECT k, x FROM t WHERE x > (SELECT avg(y) FROM u WHERE s = 'a')",
+    "scalar_count": "SELECT k, g FROM t WHERE k < 1 + (SELECT count(*) FROM u WHERE y > 1)",
+    "row_number": """SELECT g, k, x FROM (SELECT k, g, x, d, row_number() OVER (PARTITION BY g
+                     ORDER BY x DESC, k, d) AS rn FROM t) AS s WHERE rn <= 2 AND k > 0""",
     "aggregate_of_aggregate": """SELECT n, count(*) AS groups
                                  FROM (SELECT g, count(*) AS n FROM t GROUP BY g) AS c
                                  GROUP BY n""",
@@ -91,7 +100,14 @@ def test_collections_by_keyword_and_sql_over_sql():
     ("SELECT k FROM t LIMIT 3", "LIMIT without ORDER BY"),
     ("SELECT count(*) AS n FROM t", "an aggregate without GROUP BY"),
     ("SELECT k, sum(x) OVER (PARTITION BY g) AS s FROM t", "window function"),
-    ("SELECT k FROM t WHERE k NOT IN (SELECT k FROM u)", r"NOT IN \(subquery\)"),
+    ("SELECT k FROM (SELECT k, rank() OVER (ORDER BY x) AS r FROM t) AS s WHERE r <= 2",
+     "window function"),
+    ("SELECT * FROM (SELECT k, row_number() OVER (ORDER BY x) AS rn FROM t) AS s "
+     "WHERE rn <= 2", "used other than once"),
+    ("SELECT k, rn FROM (SELECT k, row_number() OVER (ORDER BY x) AS rn FROM t) AS s "
+     "WHERE rn <= 2", "used other than once"),
+    ("SELECT k FROM t WHERE x > (SELECT y FROM u)", "scalar subquery"),
+    ("SELECT k FROM t WHERE x > (SELECT max(y) FROM u WHERE u.k = t.k)", "unknown column"),
     ("SELECT k + 1 FROM t", "needs a name"),
     ("SELECT nope FROM t", "unknown column 'nope'"),
     ("SELECT k FROM nowhere", "unknown table 'nowhere'"),
@@ -99,10 +115,11 @@ def test_collections_by_keyword_and_sql_over_sql():
     ("SELECT t.k FROM t, u", "cross join"),
     ("SELECT t.k FROM t LEFT JOIN u ON t.k = u.k AND x > 0", "LEFT JOIN condition"),
     ("SELECT g, x FROM t GROUP BY g", "neither grouped nor aggregated"),
-    ("SELECT k FROM t INTERSECT SELECT k FROM u", "INTERSECT is not supported"),
+    ("SELECT k FROM t INTERSECT SELECT k, y FROM u", "INTERSECT of 1 and 2 columns"),
+    ("SELECT x FROM t EXCEPT ALL SELECT s FROM u", r"EXCEPT ALL of column 'x' \(BIGINT\)"),
     ("SELECT g, stddev(x) AS s FROM t GROUP BY g", "aggregate STDDEV"),
     ("SELECT k FROM t; SELECT k FROM u", "expected one query, got 2"),
-    ("SELECT k FROM t WHERE x > (SELECT max(y) FROM u)", "subquery .* here"),
+    ("SELECT k, (SELECT max(y) FROM u) AS m FROM t", "subquery .* here"),
 ])
 def test_unsupported_sql_is_refused_when_the_plan_is_built(text, message):
     flow = Dataflow()

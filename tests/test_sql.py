@@ -127,3 +127,81 @@ def test_unsupported_sql_is_refused_when_the_plan_is_built(text, message):
     flow.input("u", U)
     with pytest.raises(PlanError, match=message):
         flow.sql(text)
+
+
+# ---------------------------------------------------------------------------- .sql plans
+PLAN_SQL = """-- orders by market segment, as a plan file
+CREATE TABLE orders (o_orderkey BIGINT, o_custkey BIGINT, o_totalprice DECIMAL(12,2));
+CREATE TABLE customer (c_custkey BIGINT, c_mktsegment STRING);
+CREATE VIEW big AS SELECT * FROM orders WHERE o_totalprice > 10;  -- an intermediate view
+CREATE MATERIALIZED VIEW by_segment AS
+  SELECT c_mktsegment, count(*) AS n, sum(o_totalprice) AS revenue
+  FROM big JOIN customer ON o_custkey = c_custkey GROUP BY c_mktsegment;
+"""
+
+
+def _sql_plan_inputs(tmp_path):
+    """Parquet updates (time, diff) of orders and customer, a retraction and a customer
+    moved to another segment (retract + insert) among them; and the final answer."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    orders = [((1, 1, Decimal("20.00")), 0, 1), ((2, 2, Decimal("5.00")), 0, 1),
+              ((3, 1, Decimal("30.50")), 1, 1), ((4, 3, Decimal("12.25")), 2, 1),
+              ((1, 1, Decimal("20.00")), 3, -1), ((5, 2, Decimal("11.00")), 3, 2)]
+    customer = [((1, "AUTO"), 0, 1), ((2, "FOOD"), 0, 1), ((3, None), 1, 1),
+                ((2, "FOOD"), 2, -1), ((2, "AUTO"), 2, 1)]
+    types = {"orders": [pa.int64(), pa.int64(), pa.decimal128(12, 2)],
+             "customer": [pa.int64(), pa.string()]}
+    names = {"orders": ["o_orderkey", "o_custkey", "o_totalprice"],
+             "customer": ["c_custkey", "c_mktsegment"]}
+    paths = {}
+    for name, ups in (("orders", orders), ("customer", customer)):
+        cols = {c: pa.array([r[i] for r, _, _ in ups], t)
+                for i, (c, t) in enumerate(zip(names[name], types[name]))}
+        cols["time"] = pa.array([t for _, t, _ in ups], pa.int64())
+        cols["diff"] = pa.array([d for _, _, d in ups], pa.int64())
+        paths[name] = tmp_path / f"{name}.parquet"
+        pq.write_table(pa.table(cols), paths[name])
+    # orders 3 (cust 1), 4 (cust 3, NULL segment), 5 x2 (cust 2, now AUTO) are > 10
+    want = {("AUTO", 3, Decimal("52.50")), (None, 1, Decimal("12.25"))}
+    return paths, want
+
+
+@pytest.mark.slow
+@pytest.mark.ci
+def test_sql_plan_file_runs_from_the_command_line(tmp_path):
+    from collections import Counter
+
+    import pyarrow.parquet as pq
+    from test_cli import assert_ok, cli
+    plan = tmp_path / "views.sql"
+    plan.write_text(PLAN_SQL)
+    paths, want = _sql_plan_inputs(tmp_path)
+    done = cli("run", plan, "--input", f"orders={paths['orders']}", "--input",
+               f"customer={paths['customer']}", "--output", tmp_path / "out", "--steps", 2,
+               tmp=tmp_path)
+    assert_ok(done)
+    acc: Counter = Counter()
+    for r in pq.read_table(tmp_path / "out" / "by_segment").to_pylist():
+        acc[(r["c_mktsegment"], r["n"], r["revenue"])] += r["diff"]
+    assert {r for r, m in acc.items() if m} == want and set(acc.values()) <= {0, 1}
+
+
+def test_sql_plan_file_explains_and_refuses_clearly(tmp_path):
+    from test_cli import assert_ok, cli
+    plan = tmp_path / "views.sql"
+    plan.write_text(PLAN_SQL)
+    done = cli("explain", plan)
+    assert_ok(done)
+    sql, rest = done.stdout.split("== plan ==")
+    assert sql.startswith("== sql ==\n-- orders by market segment") and "by_segment" in sql
+    assert "output by_segment" in rest and "== optimized ==" in rest and "Input orders" in rest
+    for text, message in [
+            (PLAN_SQL.replace("CREATE MATERIALIZED VIEW", "CREATE VIEW"), "declares no outputs"),
+            (PLAN_SQL + "SELECT 1;", "a plan holds CREATE TABLE"),
+            (PLAN_SQL.replace("FROM big", "FROM bigg"), "unknown table 'bigg'"),
+            (PLAN_SQL.replace("o_totalprice > 10", "rand() > 0.5"), "non-deterministic")]:
+        plan.write_text(text)
+        done = cli("run", plan, "--output", tmp_path / "out")
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr

@@ -11,7 +11,9 @@ from . import ir
 from . import query as cq
 from .errors import PlanError
 from .ordering import sort_keys
+from .outer_join import HOW, outer_join
 from .schema import column_names
+from .sql import view as sql_view
 
 
 class Dataflow:
@@ -77,6 +79,17 @@ class Dataflow:
             raise PlanError(f"{where}: plan={plan!r} must be 'delta' or 'naive'")
         return Collection(self, ir.Query(tuple(nodes[r] for r in q.relations()),
                                          q.relations(), q, tuple(order)))
+
+    def sql(self, text: str, **collections: "Collection") -> "Collection":
+        """A Spark SQL query (SELECT, WITH, UNION) over this flow's inputs by name; keyword
+        Collections stand for tables of their name (and win over an input so named).
+        Lowered to the builder's operators when the plan is built (plans/sql.py)."""
+        for name, c in collections.items():
+            if not isinstance(c, Collection) or c.flow is not self:
+                raise PlanError(f"sql: {name}= must be a Collection of this Dataflow")
+        tables = {n.lower(): Collection(self, node) for n, node in self.inputs.items()}
+        return Collection(self, sql_view(text, {**tables, **{n.lower(): c for n, c in
+                                                              collections.items()}}).node)
 
     def _naive(self, q: cq.Query, order, nodes: dict) -> "Collection":
         from .naive import naive_query
@@ -231,11 +244,16 @@ class Collection:
     def _arranged(self, keys: tuple[str, ...]) -> ir.Node:
         return ir.Arrange(self._collection_node(), keys)
 
-    def join(self, other: "Collection", on) -> "Collection":
-        """Inner equi-join: on columns, then this side's other columns, then the other's;
-        a clash between the two sides' other columns is an error (rename with map)."""
+    def join(self, other: "Collection", on, how: str = "inner") -> "Collection":
+        """Equi-join: on columns, then this side's other columns, then the other's; a clash
+        between the two sides' other columns is an error (rename with map). how="left",
+        "right" or "full" also keeps that side's records without a match, the other side's
+        columns NULL (plans/outer_join.py)."""
         on = self._check_join(other, on, "join")
-        return Collection(self.flow, ir.Join(self._arranged(on), other._arranged(on), on))
+        if how not in HOW:
+            raise PlanError(f"join: how={how!r} must be one of {', '.join(map(repr, HOW))}")
+        inner = Collection(self.flow, ir.Join(self._arranged(on), other._arranged(on), on))
+        return inner if how == "inner" else outer_join(self, other, on, how, inner)
 
     def semijoin(self, other: "Collection", on) -> "Collection":
         """This side's records whose `on` key is present in `other` (multiplicity unchanged)."""

@@ -275,9 +275,18 @@ def _stuck(query: Query, order) -> Optional[tuple[int, str]]:
 
 def _search(query: Query, first: tuple[str, ...]) -> Optional[tuple[str, ...]]:
     """Depth-first over variable orders, most promising variable first (see plan_order),
-    pruning a prefix as soon as some delta rule cannot follow it."""
+    pruning a prefix as soon as some delta rule cannot follow it. Whether a prefix can be
+    completed depends only on its set of variables, so failed sets are remembered (2^n sets,
+    not n! orders); an atom with two variables no other atom has fails at once (another
+    atom's delta rule cannot bind either first)."""
     variables = query.variables()
     seen = {v: k for k, v in enumerate(variables)}
+    if len(query.atoms) > 1:
+        for a in query.atoms:
+            others = {v for b in query.atoms if b is not a for v in b.vars()}
+            if len(set(a.vars()) - others) > 1:
+                return None
+    failed: set = set()
 
     def extenders(v, bound):
         return sum(v in a.vars() and set(a.vars()) - {v} <= bound for a in query.atoms)
@@ -285,13 +294,16 @@ def _search(query: Query, first: tuple[str, ...]) -> Optional[tuple[str, ...]]:
     def dfs(prefix: tuple[str, ...]):
         if len(prefix) == len(variables):
             return prefix
-        bound = set(prefix)
+        bound = frozenset(prefix)
+        if bound in failed:
+            return None
         for v in sorted((v for v in variables if v not in bound),
                         key=lambda v: (v not in first, -extenders(v, bound), seen[v])):
             if _stuck(query, prefix + (v,)) is None:
                 found = dfs(prefix + (v,))
                 if found:
                     return found
+        failed.add(bound)
         return None
 
     return dfs(())

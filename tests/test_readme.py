@@ -25,6 +25,22 @@ def test_readme_examples_run(spark, capsys):
                     (2, 5, 6, 1, 6, -1)]
     assert sorted(tuple(r) for r in runner.snapshot("active", at=5).collect()) == \
         [(1, 2, 8, 6, 1), (2, 5, 6, 1, 1)]
+    segments = sorted(tuple(r) for r in namespace["sql_runner"].snapshot("by_segment", at=0)
+                      .collect())  # the SQL views example
+    assert [(s, n, str(v), c) for s, n, v, c in segments] == \
+        [("AUTOMOBILE", 2, "260.00", 1), ("BUILDING", 1, "40.50", 1)]
+    assert [r.c_custkey for r in namespace["sql_runner"].snapshot("big_buyers", at=0)
+            .collect()] == [7]
     reach = namespace["reach_runner"]  # the iterate example: 3 unreachable once 2->3 goes
     assert sorted(x.node for x in reach.snapshot("reach", at=0).collect()) == [1, 2, 3]
     assert sorted(x.node for x in reach.snapshot("reach", at=1).collect()) == [1, 2]
+
+
+def test_readme_sql_plan_builds():
+    """The README's .sql plan declares its inputs and its materialized view."""
+    from plans import Dataflow
+    from plans.sql import script
+    (text,) = re.findall(r"```sql\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    flow = Dataflow()
+    script(flow, text)
+    assert sorted(flow.inputs) == ["customer", "orders"] and list(flow.outputs) == ["by_segment"]

@@ -15,7 +15,10 @@
 
 PLAN.py is a Python file defining `build(flow)`, which declares inputs and outputs on a
 `plans.Dataflow`. It is loaded from its path (it need not be importable); functions it defines
-(kernels) are shipped to Spark's workers by value.
+(kernels) are shipped to Spark's workers by value. A plan may instead be PLAN.sql, Spark SQL
+statements (plans/sql.py): CREATE TABLE name (col type, ...) declares an input, CREATE VIEW
+name AS SELECT ... an intermediate collection, CREATE MATERIALIZED VIEW name AS SELECT ... an
+output; `explain` then prints the SQL too.
 
 `run` reads every input file once (Parquet or CSV with a header; a file or a folder of them)
 with the record columns of the input's declared schema plus optional `time` and `diff`
@@ -68,6 +71,7 @@ from executor.config import ConfigError, kernel_backend
 from executor.errors import InputError, StateError, StepError
 from plans import Dataflow, PlanError, ir
 from plans.optimizer import optimize as optimize_plan
+from plans.sql import script as sql_script
 
 from .launch import (CliError, conf_from_args, describe, spark_errors, spark_log, starting_spark,
                      stop)
@@ -304,6 +308,8 @@ def load_plan(path: str, strict: bool = False) -> Dataflow:
     file = Path(path)
     if not file.is_file():
         raise CliError(f"plan file {path}: not found")
+    if file.suffix.lower() == ".sql":
+        return _sql_plan(file, strict)
     name = "diffspark_plan_" + "".join(c if c.isalnum() else "_" for c in file.stem)
     spec = importlib.util.spec_from_file_location(name, file)
     if spec is None or spec.loader is None:
@@ -328,6 +334,19 @@ def load_plan(path: str, strict: bool = False) -> Dataflow:
     return flow
 
 
+def _sql_plan(file: Path, strict: bool) -> Dataflow:
+    """The Dataflow of a .sql plan's CREATE statements."""
+    flow = Dataflow(strict=strict)
+    try:
+        sql_script(flow, file.read_text())
+    except PlanError as e:
+        raise CliError(f"plan file {file}: {e}") from None
+    if not flow.outputs:
+        raise CliError(f"plan file {file}: declares no outputs (rule: CREATE MATERIALIZED "
+                       f"VIEW name AS SELECT ...)")
+    return flow
+
+
 def _ship_by_value(module) -> None:
     """Kernels defined in the plan file travel to Spark's workers by value: the workers
     cannot import a module loaded from a path."""
@@ -338,10 +357,12 @@ def _ship_by_value(module) -> None:
     cloudpickle.register_pickle_by_value(module)
 
 
-def explain_text(flow: Dataflow, optimize: bool = True) -> str:
-    """The plan as written and as optimized (as `Runner.explain` prints them), then the
-    rules that fired and the cost of both plans (plans/optimizer); no Spark."""
-    text = "== plan ==\n" + ir.explain(flow.outputs)
+def explain_text(flow: Dataflow, optimize: bool = True, sql: str = "") -> str:
+    """The plan's SQL (a .sql plan), the plan as written and as optimized (as
+    `Runner.explain` prints them), then the rules that fired and the cost of both plans
+    (plans/optimizer); no Spark."""
+    text = (f"== sql ==\n{sql.strip()}\n" if sql else "") + "== plan ==\n" + \
+        ir.explain(flow.outputs)
     if optimize:
         done = optimize_plan(flow.outputs)
         text += "\n== optimized ==\n" + ir.explain(done.plan) + "\n" + done.report()
@@ -350,7 +371,9 @@ def explain_text(flow: Dataflow, optimize: bool = True) -> str:
 
 # ---------------------------------------------------------------------------- verbs
 def cmd_explain(args) -> int:
-    print(explain_text(load_plan(args.plan), args.optimize))
+    flow = load_plan(args.plan)
+    sql = Path(args.plan).read_text() if args.plan.lower().endswith(".sql") else ""
+    print(explain_text(flow, args.optimize, sql))
     return 0
 
 

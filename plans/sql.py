@@ -1,0 +1,794 @@
+"""Spark SQL views lowered to the builder: `flow.sql(text, **collections)` and `.sql` plans.
+
+sqlglot (the parser executor/expressions.py already uses, Spark dialect) reads the query, so a
+plan is built and explained without Spark. Only the relational structure is translated here
+(FROM, joins, WHERE, GROUP BY, subqueries, set operations, ORDER BY ... LIMIT); every scalar
+expression is handed on as Spark SQL text to map/filter, where Spark (or the Arrow compiler
+proven equal to it) gives it its meaning, types and null rules. Aggregates follow Spark's
+rules: a group without rows disappears, count(x) skips nulls, sum and avg take Spark's result
+types (plans/types.py). What is not translated exactly is refused when the plan is built,
+with one line naming the construct.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import sqlglot
+from sqlglot import exp
+
+from .errors import PlanError
+from .types import avg_type, columns_of, ddl_columns, expression_type
+
+NON_DETERMINISTIC = {"rand", "random", "randn", "uuid", "shuffle", "now", "current_date",
+                     "current_timestamp", "current_time", "localtimestamp", "curdate",
+                     "monotonically_increasing_id", "spark_partition_id", "input_file_name",
+                     "unix_timestamp", "current_timezone", "try_reflect", "reflect",
+                     "java_method"}
+_NON_DETERMINISTIC_NODES = (exp.Rand, exp.Randn, exp.Uuid, exp.CurrentDate,
+                            exp.CurrentTimestamp, exp.CurrentTime)
+AGGREGATES = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg)
+
+
+def refuse(construct: str, rule: str = "") -> PlanError:
+    return PlanError(f"sql: {construct} is not supported{'; ' + rule if rule else ''}")
+
+
+def _text(e: exp.Expression) -> str:
+    return e.sql(dialect="spark")
+
+
+@dataclass
+class Col:
+    name: str               # as the query names it
+    table: Optional[str]    # qualifier (lower case) or None
+    internal: str           # the collection's column
+    type: Optional[str]
+
+
+@dataclass
+class Rel:
+    """A collection and the columns a query sees in it (others may ride along unseen)."""
+    coll: object
+    cols: list[Col]
+
+    def resolve(self, column: exp.Column) -> Optional[Col]:
+        name, table = column.name.lower(), column.table.lower() or None
+        hits = [c for c in self.cols if c.name.lower() == name and
+                (table is None or c.table == table)]
+        if len(hits) > 1:
+            raise PlanError(f"sql: column '{column.sql(dialect='spark')}' is ambiguous "
+                            f"(rule: qualify it with its table)")
+        return hits[0] if hits else None
+
+    def types(self) -> dict:
+        return {c.internal.lower(): c.type for c in self.cols}
+
+
+class Lowering:
+    """One statement's translation; `relations` maps lower-case names to Collections."""
+
+    def __init__(self, relations: dict):
+        self.relations = dict(relations)
+        self.n = 0
+        self.used: set = set()  # ids of WHERE conjuncts already applied
+        self.ranked: dict = {}  # id of a derived table's SELECT -> (its row_number, k)
+
+    def fresh(self, hint: str) -> str:
+        self.n += 1
+        return f"_{self.n}_{hint}"
+
+    # ------------------------------------------------------------------ queries
+    def query(self, q: exp.Expression, ctes: Optional[dict] = None) -> Rel:
+        """A query as a Rel whose collection has exactly the output columns, named as the
+        query names them."""
+        ctes = dict(ctes or {})
+        with_ = q.args.get("with_") or q.args.get("with")
+        if with_ is not None:
+            if with_.args.get("recursive"):
+                raise refuse("WITH RECURSIVE")
+            for cte in with_.expressions:
+                ctes[cte.alias.lower()] = self.query(cte.this, ctes)
+        if isinstance(q, exp.Subquery):
+            return self.query(q.this, ctes)
+        if isinstance(q, (exp.Union, exp.Intersect, exp.Except)):
+            return self._set_operation(q, ctes)
+        if not isinstance(q, exp.Select):
+            raise refuse(f"statement {type(q).__name__.upper()}", "a view is a query")
+        return self._select(q, ctes)
+
+    def _set_operation(self, q, ctes) -> Rel:
+        """UNION [ALL], INTERSECT [ALL], EXCEPT [ALL] by multiplicities, as Spark (nulls
+        equal): ALL keeps m(L) + m(R), min(m(L), m(R)) and max(m(L) - m(R), 0); without ALL
+        the result is distinct."""
+        what = f"{q.key.upper()}{'' if q.args.get('distinct') else ' ALL'}"
+        left, right = self.query(q.this, ctes), self.query(q.expression, ctes)
+        if len(left.cols) != len(right.cols):
+            raise PlanError(f"sql: {what} of {len(left.cols)} and {len(right.cols)} columns "
+                            f"(rule: both sides have as many columns)")
+        for a, b in zip(left.cols, right.cols):
+            if a.type and b.type and a.type != b.type:
+                raise refuse(f"{what} of column '{a.name}' ({a.type}) with '{b.name}' "
+                             f"({b.type})", "CAST one side to the other's type")
+        l_ = left.coll
+        r_ = right.coll.map(*(f"`{b.internal}` AS `{a.internal}`"
+                              for a, b in zip(left.cols, right.cols)))
+        distinct = bool(q.args.get("distinct"))
+        if isinstance(q, exp.Union):
+            coll = l_.concat(r_).distinct() if distinct else l_.concat(r_)
+        elif distinct:  # each side distinct: a record counts 1 per side it is in
+            both = isinstance(q, exp.Intersect)
+            coll = l_.distinct().concat(r_.distinct() if both else r_.distinct().negate())
+            coll = coll.threshold(f"CASE WHEN count = {2 if both else 1} THEN 1 ELSE 0 END")
+        else:
+            surplus = l_.concat(r_.negate()).threshold("CASE WHEN count > 0 THEN count "
+                                                       "ELSE 0 END")
+            coll = surplus if isinstance(q, exp.Except) else l_.concat(surplus.negate())
+        return self._top(q, Rel(coll, left.cols))
+
+    def _select(self, q: exp.Select, ctes) -> Rel:
+        for key in ("qualify", "windows"):
+            if q.args.get(key):
+                raise refuse(key.upper())
+        ranked = self.ranked.pop(id(q), None)
+        if ranked is not None:  # drop the row_number item; its rank was the outer filter
+            q = q.copy()
+            q.set("expressions", [e for e in q.expressions if not e.find(exp.Window)])
+        self._rank_source(q)
+        rel = self._from(q, ctes)
+        where = q.args.get("where")
+        if where is not None:
+            rel = self._where(rel, where.this, ctes)
+        if ranked is not None:
+            if q.args.get("group") or any(_aggregates(e) for e in q.expressions):
+                raise refuse("row_number() over grouped rows", "rank the rows of a derived "
+                             "table without GROUP BY")
+            rel = self._ranked(rel, *ranked)
+        group = q.args.get("group")
+        aggs = [a for e in q.expressions for a in _aggregates(e)]
+        having = q.args.get("having")
+        if group is not None or aggs or having is not None:
+            rel, items, _ = self._aggregate(q, rel, group, having)
+        else:
+            items = self._items(q, rel)
+        names = [name for name, _ in items]
+        lowered = [n.lower() for n in names]
+        dup = sorted({n for n in lowered if lowered.count(n) > 1})
+        if dup:
+            raise PlanError(f"sql: output column '{dup[0]}' is named twice (rule: unique "
+                            f"names; use AS)")
+        coll = rel.coll.map(*(f"{text} AS `{name}`" for name, (text, _) in items))
+        if q.args.get("distinct"):
+            if q.args["distinct"].args.get("on"):
+                raise refuse("SELECT DISTINCT ON")
+            coll = coll.distinct()
+        cols = [Col(name, None, name, t) for name, (_, t) in items]
+        return self._top(q, Rel(coll, cols))
+
+    def _top(self, q, rel: Rel) -> Rel:
+        """ORDER BY ... LIMIT k as top_k over the query's output columns."""
+        order, limit = q.args.get("order"), q.args.get("limit")
+        if q.args.get("offset"):
+            raise refuse("OFFSET")
+        if order is None and limit is None:
+            return rel
+        if limit is None:
+            raise refuse("ORDER BY without LIMIT", "a view is a multiset; order it when "
+                         "reading, or add LIMIT k for the first k rows")
+        if order is None:
+            raise refuse("LIMIT without ORDER BY", "which rows it keeps is not determined")
+        k = limit.expression
+        if not (isinstance(k, exp.Literal) and not k.is_string and k.this.isdigit()):
+            raise refuse(f"LIMIT {_text(k)}", "LIMIT takes a positive integer")
+        return Rel(rel.coll.top_k(int(k.this), order_by=self._order(order, rel)), rel.cols)
+
+    def _order(self, order, rel: Rel) -> str:
+        """top_k's order_by text of an ORDER BY (Spark's null order made explicit)."""
+        keys = []
+        for o in order.expressions:
+            e = o.this
+            if isinstance(e, exp.Literal) and not e.is_string:  # ORDER BY 2: a column
+                e = exp.column(rel.cols[int(e.this) - 1].internal, quoted=True)
+            text = self._expr(e, rel, "ORDER BY")
+            keys.append(f"{text} {'DESC' if o.args.get('desc') else 'ASC'} NULLS "
+                        f"{'FIRST' if o.args.get('nulls_first') else 'LAST'}")
+        return ", ".join(keys)
+
+    def _rank_source(self, q: exp.Select) -> None:
+        """FROM (SELECT ..., row_number() OVER (PARTITION BY p ORDER BY o) AS rn ...) AS s
+        WHERE rn <= k: noted for the derived table's lowering as top_k per p (its WHERE
+        conjunct marked applied); rn may be used nowhere else."""
+        source = q.args.get("from_") or q.args.get("from")
+        item = source.this if source is not None else None
+        if not (isinstance(item, exp.Subquery) and isinstance(item.this, exp.Select)):
+            return
+        windows = [e for e in item.this.expressions if e.find(exp.Window)]
+        where = q.args.get("where")
+        if not windows or where is None:
+            return
+        w = windows[0]
+        if len(windows) > 1 or not (isinstance(w, exp.Alias) and _row_number(w.this)):
+            raise refuse(f"window function {_text(w)}", "only row_number() OVER (PARTITION "
+                         "BY ... ORDER BY ...) AS rn, filtered by rn <= k outside")
+        rn = w.alias.lower()
+        limits = [(c, _rank_limit(c, rn)) for c in _conjuncts(where.this)]
+        limits = [(c, k) for c, k in limits if k is not None]
+        uses = [c for c in q.find_all(exp.Column) if c.name.lower() == rn]
+        if any(e.find(exp.Star) for e in q.expressions):
+            uses.append("*")
+        if len(limits) != 1 or len(uses) != 1:
+            raise refuse(f"row_number() AS {w.alias} used other than once, as {w.alias} <= k "
+                         f"in the outer WHERE", "its value is not kept; only the first k rows")
+        self.ranked[id(item.this)] = (w.this, limits[0][1])
+        self.used.add(id(limits[0][0]))
+
+    def _ranked(self, rel: Rel, window, k: int) -> Rel:
+        """The first k rows per partition by the window's order (ties by the record)."""
+        parts = [self.fresh("p") for _ in window.args.get("partition_by") or []]
+        keyed = self._keyed(rel, window.args.get("partition_by") or [], parts)
+        coll = keyed.top_k(k, order_by=self._order(window.args["order"], rel), by=parts)
+        return Rel(coll, rel.cols)
+
+    # ------------------------------------------------------------------ FROM and joins
+    def _from(self, q: exp.Select, ctes) -> Rel:
+        source = q.args.get("from_") or q.args.get("from")
+        if source is None:
+            raise refuse("SELECT without FROM")
+        rel = self._scan(source.this, ctes)
+        pending = []  # comma joins: joined by the WHERE clause's equalities
+        for j in q.args.get("joins") or []:
+            right = self._scan(j.this, ctes)
+            kind = (j.args.get("side") or j.args.get("kind") or "").lower()
+            on, using = j.args.get("on"), j.args.get("using")
+            if using:
+                raise refuse("JOIN ... USING", "write ON a.x = b.x")
+            if on is None and kind in ("", "cross"):
+                pending.append(right)
+                continue
+            if on is None:
+                raise refuse(f"{kind.upper()} JOIN without ON")
+            how = {"": "inner", "inner": "inner", "left": "left", "right": "right",
+                   "full": "full"}.get(kind)
+            if how is None or j.args.get("method"):
+                raise refuse(f"{(j.args.get('method') or kind).upper()} JOIN")
+            rel = self._join(rel, right, _conjuncts(on), how)
+        if pending:
+            where = q.args.get("where")
+            conds = _conjuncts(where.this) if where is not None else []
+            rel = self._comma_join([rel] + pending, conds)
+        return rel
+
+    def _scan(self, item, ctes) -> Rel:
+        """A table, CTE or derived table with fresh internal names under its qualifier."""
+        if isinstance(item, exp.Table):
+            name = item.name.lower()
+            if item.args.get("db") or item.args.get("catalog"):
+                raise refuse(f"qualified table name '{_text(item)}'")
+            if name in ctes:
+                rel = ctes[name]
+            elif name in self.relations:
+                coll = self.relations[name]
+                cols = columns_of(coll.node)
+                if cols is None:
+                    raise PlanError(f"sql: relation '{item.name}': its column names are not "
+                                    f"known when the plan is built (rule: name every "
+                                    f"expression of its maps with AS)")
+                rel = Rel(coll, [Col(n, None, n, t) for n, t in cols])
+            else:
+                known = ", ".join(sorted(set(self.relations) | set(ctes))) or "none"
+                raise PlanError(f"sql: unknown table '{item.name}' (known: {known})")
+            alias = (item.alias or item.name).lower()
+        elif isinstance(item, exp.Subquery):
+            if not item.alias:
+                raise refuse("a derived table without an alias", "name it: (SELECT ...) AS t")
+            rel, alias = self.query(item.this, ctes), item.alias.lower()
+        else:
+            raise refuse(f"FROM item {_text(item)}")
+        cols = [Col(c.name, alias, self.fresh(c.name), c.type) for c in rel.cols]
+        coll = rel.coll.map(*(f"`{c.internal}` AS `{n.internal}`" for c, n in zip(rel.cols, cols)))
+        return Rel(coll, cols)
+
+    def _join(self, left: Rel, right: Rel, conds: list, how: str) -> Rel:
+        keys, rest = [], []
+        for c in conds:
+            pair = self._key_pair(c, left, right)
+            (keys if pair else rest).append(pair or c)
+        if not keys:
+            raise refuse(f"a join without an equality between its sides ({how.upper()} JOIN)",
+                         "joins are equi-joins")
+        if how != "inner":
+            # a predicate on the side that may be padded filters it before the join
+            pad = {"left": right, "right": left}.get(how)
+            for c in rest:
+                if pad is None or not self._within(c, pad):
+                    raise refuse(f"{how.upper()} JOIN condition {_text(c)}", "outer joins "
+                                 "take equalities, and predicates on the padded side only")
+                filtered = Rel(pad.coll.filter(self._expr(c, pad, "ON")), pad.cols)
+                left, right = (left, filtered) if how == "left" else (filtered, right)
+            rest = []
+        names = [self.fresh("k") for _ in keys]
+        lk = self._keyed(left, [a for a, _ in keys], names)
+        rk = self._keyed(right, [b for _, b in keys], names)
+        for a, b in keys:
+            self._same_types(a, left, b, right)
+        rel = Rel(lk.join(rk, on=names, how=how), left.cols + right.cols)
+        for c in rest:
+            rel = Rel(rel.coll.filter(self._expr(c, rel, "ON")), rel.cols)
+        return rel
+
+    def _same_types(self, a, left: Rel, b, right: Rel) -> None:
+        """Keys compared by a join are of one type where the plan knows both (a join
+        compares values as stored; Spark would cast one side)."""
+        ta = expression_type(_resolved(a, left), left.types())
+        tb = expression_type(_resolved(b, right), right.types())
+        if ta and tb and ta != tb:
+            raise refuse(f"join key {_text(a)} ({ta}) = {_text(b)} ({tb})",
+                         "CAST one side to the other's type")
+
+    def _keyed(self, rel: Rel, exprs, names):
+        """Only the columns the query sees, plus the join keys."""
+        return rel.coll.map(*(f"`{c.internal}`" for c in rel.cols),
+                            *(f"{self._expr(e, rel, 'ON')} AS `{n}`"
+                              for e, n in zip(exprs, names)))
+
+    def _key_pair(self, c, left: Rel, right: Rel):
+        if not isinstance(c, exp.EQ):
+            return None
+        a, b = c.this, c.expression
+        if self._within(a, left) and self._within(b, right):
+            return a, b
+        if self._within(b, left) and self._within(a, right):
+            return b, a
+        return None
+
+    def _within(self, e, rel: Rel) -> bool:
+        """Whether `e` reads columns, all of them of `rel`, and no subquery."""
+        cols = list(e.find_all(exp.Column))
+        if not cols or any(e.find_all(exp.Subquery, exp.Exists)):
+            return False
+        try:
+            return all(rel.resolve(c) is not None for c in cols)
+        except PlanError:
+            return False
+
+    def _comma_join(self, rels: list[Rel], conds: list) -> Rel:
+        """FROM a, b, c: join, in order, each relation the WHERE equalities connect to
+        those joined so far; single-relation predicates filter before the joins."""
+        rels = [self._pushed(r, conds) for r in rels]
+        rel, rest = rels[0], rels[1:]
+        while rest:
+            for i, r in enumerate(rest):
+                links = [c for c in conds if self._key_pair(c, rel, r)]
+                if links:
+                    rel = self._join(rel, r, links, "inner")
+                    self.used.update(id(c) for c in links)
+                    del rest[i]
+                    break
+            else:
+                raise refuse("a cross join (FROM a, b without an equality joining them)")
+        return rel
+
+    def _pushed(self, rel: Rel, conds) -> Rel:
+        for c in conds:
+            if self._within(c, rel):
+                rel = Rel(rel.coll.filter(self._expr(c, rel, "WHERE")), rel.cols)
+                self.used.add(id(c))
+        return rel
+
+    # ------------------------------------------------------------------ WHERE
+    def _where(self, rel: Rel, cond, ctes) -> Rel:
+        for c in _conjuncts(cond):
+            if id(c) in self.used:
+                continue
+            negated = isinstance(c, exp.Not)
+            inner = c.this if negated else c
+            if isinstance(inner, exp.In) and inner.args.get("query") is not None:
+                rel = (self._not_in if negated else self._in)(rel, inner, ctes)
+            elif isinstance(inner, exp.Exists):
+                rel = self._exists(rel, inner.this, ctes, negated)
+            elif any(_scalar_subqueries(c)):
+                rel = self._scalar_filter(rel, c, ctes)
+            else:
+                rel = Rel(rel.coll.filter(self._expr(c, rel, "WHERE")), rel.cols)
+        return rel
+
+    def _scalar_filter(self, rel: Rel, c, ctes) -> Rel:
+        """A condition on one uncorrelated scalar subquery, an aggregate without GROUP BY:
+        over the rows joined to its value (one row, on a constant) while its input has rows,
+        else over its value on an empty input (count 0, others NULL)."""
+        subs = list(_scalar_subqueries(c))
+        if len(subs) > 1:
+            raise refuse(f"condition {_text(c)} with {len(subs)} scalar subqueries",
+                         "one per condition; AND them")
+        q = subs[0].this
+        if not isinstance(q, exp.Select) or q.args.get("group") or q.args.get("having") or \
+                len(q.expressions) != 1 or not _aggregates(q.expressions[0]):
+            raise refuse(f"scalar subquery {_text(subs[0])}", "a scalar subquery is one "
+                         "aggregate without GROUP BY or HAVING")
+        inside = self._from(q, ctes)
+        if q.args.get("where") is not None:
+            inside = self._where(inside, q.args["where"].this, ctes)
+        if not isinstance(q.expressions[0], exp.Alias):  # a value needs no name
+            q = q.copy()
+            q.set("expressions", [exp.alias_(q.expressions[0], "value")])
+        agg, items, empty = self._aggregate(q, inside, None, None, scalar=True)
+        (text, t), = [item for _, item in items]
+        v, one = self.fresh("scalar"), self.fresh("one")
+        cols = [f"`{col.internal}`" for col in rel.cols]
+        base = rel.coll.map(*cols, f"1 AS `{one}`")
+        value = agg.coll.map(f"1 AS `{one}`", f"{text} AS `{v}`")
+        joined = Rel(base.join(value, on=[one]), rel.cols + [Col(v, None, v, t)])
+        cond = c.copy().transform(lambda n: exp.column(v, quoted=True)
+                                  if n == subs[0] else n)
+        kept = joined.coll.filter(self._expr(cond, joined, "WHERE"))
+        at_empty = c.copy().transform(lambda n: exp.Paren(this=sqlglot.parse_one(
+            empty[0], read="spark")) if n == subs[0] else n)
+        none = base.antijoin(value, on=[one]).filter(self._expr(at_empty, rel, "WHERE"))
+        return Rel(kept.map(*cols).concat(none.map(*cols)), rel.cols)
+
+    def _in(self, rel: Rel, c: exp.In, ctes) -> Rel:
+        """x IN (SELECT y ...): a semijoin on x = y (a null x or y matches nothing)."""
+        keyed, values, k = self._in_sides(rel, c, ctes)
+        return Rel(keyed.semijoin(values, on=[k]), rel.cols)
+
+    def _not_in(self, rel: Rel, c: exp.In, ctes) -> Rel:
+        """x NOT IN (SELECT y ...) with SQL's null rule: true when the subquery is empty;
+        else unknown (the row dropped) when x is null or some y is null; else x not among
+        the y. Two disjoint parts: non-null x absent from the y while no y is null, and
+        null x while there are no y (joined on a constant: those conditions are global)."""
+        keyed, values, k = self._in_sides(rel, c, ctes)
+        one = self.fresh("one")
+        cols = [f"`{col.internal}`" for col in rel.cols]
+
+        def flag(coll):
+            return coll.map(*cols, f"1 AS `{one}`")
+        nulls = values.filter(f"`{k}` IS NULL").map(f"1 AS `{one}`")
+        known = flag(keyed.filter(f"`{k}` IS NOT NULL").antijoin(values, on=[k]))
+        unknown = flag(keyed.filter(f"`{k}` IS NULL"))
+        coll = known.antijoin(nulls, on=[one]).concat(
+            unknown.antijoin(values.map(f"1 AS `{one}`"), on=[one]))
+        return Rel(coll.map(*cols), rel.cols)
+
+    def _in_sides(self, rel: Rel, c: exp.In, ctes):
+        """(rel with column k = x, the subquery's values as column k, k) of x [NOT] IN."""
+        sub = self.query(c.args["query"].this, ctes)
+        if len(sub.cols) != 1:
+            raise PlanError(f"sql: IN (subquery) selects {len(sub.cols)} columns (rule: one)")
+        self._same_types(c.this, rel, exp.column(sub.cols[0].internal, quoted=True),
+                         Rel(sub.coll, [Col(sub.cols[0].internal, None, sub.cols[0].internal,
+                                            sub.cols[0].type)]))
+        k = self.fresh("in")
+        return (self._keyed(rel, [c.this], [k]),
+                sub.coll.map(f"`{sub.cols[0].internal}` AS `{k}`"), k)
+
+    def _exists(self, rel: Rel, q, ctes, negated: bool) -> Rel:
+        """[NOT] EXISTS (SELECT ... FROM ... WHERE outer = inner AND ...): a semijoin
+        (antijoin) on the correlated equalities; the other predicates filter the inside."""
+        if not isinstance(q, exp.Select) or any(q.args.get(k) for k in (
+                "group", "having", "limit", "order", "with_", "with")):
+            raise refuse("EXISTS over anything but SELECT ... FROM ... WHERE")
+        inside = self._from(q, ctes)
+        where = q.args.get("where")
+        keys = []
+        for c in _conjuncts(where.this) if where is not None else []:
+            pair = self._key_pair(c, rel, inside)
+            if pair and not self._within(c, inside):
+                keys.append(pair)
+            elif self._within(c, inside) or not list(c.find_all(exp.Column)):
+                inside = self._where(inside, c, ctes)
+            else:
+                raise refuse(f"correlated predicate {_text(c)} in EXISTS",
+                             "correlate by equalities outer = inner")
+        if not keys:
+            raise refuse("uncorrelated EXISTS", "it is a global condition")
+        names = [self.fresh("ex") for _ in keys]
+        outer = self._keyed(rel, [a for a, _ in keys], names)
+        probe = inside.coll.map(*(f"{self._expr(b, inside, 'EXISTS')} AS `{n}`"
+                                  for (_, b), n in zip(keys, names)))
+        op = outer.antijoin if negated else outer.semijoin
+        return Rel(op(probe, on=names), rel.cols)
+
+    # ------------------------------------------------------------------ expressions
+    def _expr(self, e, rel: Rel, where: str) -> str:
+        """Spark SQL text of `e` with column references renamed to `rel`'s internal names."""
+        return _text(self._checked(_resolved(e, rel), where))
+
+    def _checked(self, e, where: str):
+        for node in e.walk():  # rand() was refused by _checked_statement
+            if isinstance(node, exp.AggFunc):  # subqueries were refused by _resolved
+                raise refuse(f"aggregate {_text(node)} in {where}")
+            if isinstance(node, exp.Window):  # a row_number outside _rank_source's form
+                raise refuse(f"window function {_text(node)} in {where}", "row_number() "
+                             "AS rn in a derived table filtered by rn <= k outside")
+        return e
+
+    def _items(self, q: exp.Select, rel: Rel) -> list:
+        """(output name, (text, type)) per SELECT item, stars expanded."""
+        out = []
+        for e in q.expressions:
+            if isinstance(e, exp.Star) or (isinstance(e, exp.Column)
+                                           and isinstance(e.this, exp.Star)):
+                table = e.table.lower() if isinstance(e, exp.Column) else None
+                cols = [c for c in rel.cols if table is None or c.table == table]
+                if not cols:
+                    raise PlanError(f"sql: {_text(e)} matches no columns")
+                out += [(c.name, (f"`{c.internal}`", c.type)) for c in cols]
+                continue
+            name, body = _named(e)
+            resolved = _resolved(body, rel)
+            out.append((name, (_text(self._checked(resolved, "SELECT")),
+                               expression_type(resolved, rel.types()))))
+        return out
+
+    # ------------------------------------------------------------------ GROUP BY
+    def _aggregate(self, q: exp.Select, rel: Rel, group, having, scalar: bool = False):
+        """GROUP BY: every aggregate computed per group by the reduce family, joined on a
+        non-null key of the group (JSON of its columns: a null group column matches), then
+        HAVING, then the SELECT list over group columns and aggregates. Also returns each
+        item's text over an empty input (counts 0, other aggregates NULL): without GROUP
+        BY (only as a `scalar` subquery) SQL's one row when there are no rows."""
+        items = [_named(e) for e in q.expressions]
+        if any(isinstance(b, exp.Star) for _, b in items):
+            raise refuse("SELECT * with GROUP BY or aggregates")
+        group_exprs = []
+        for g in (group.expressions if group is not None else []):
+            if isinstance(g, exp.Literal) and not g.is_string:  # GROUP BY 1: a SELECT item
+                g = items[int(g.this) - 1][1]
+            group_exprs.append(_resolved(g, rel))
+        if group is not None and (group.args.get("rollup") or group.args.get("cube")
+                                  or group.args.get("grouping_sets")):
+            raise refuse("ROLLUP, CUBE and GROUPING SETS")
+        if not group_exprs and not scalar:
+            raise refuse("an aggregate without GROUP BY", "over no rows SQL gives one row, "
+                         "which a view of changes cannot make from no records; add GROUP BY "
+                         "(as a scalar subquery it is supported)")
+        types = rel.types()
+        exprs = [_resolved(b, rel) for _, b in items]
+        cond = _resolved(having.this, rel) if having is not None else None
+        aggs: list = []
+        for e in exprs + ([cond] if cond is not None else []):
+            for a in e.find_all(*AGGREGATES):
+                if a not in aggs:
+                    aggs.append(a)
+        for a in {n for e in exprs + [cond] if e is not None for n in e.find_all(exp.AggFunc)}:
+            if not isinstance(a, AGGREGATES):
+                raise refuse(f"aggregate {_text(a)}", "count, sum, min, max and avg are")
+        gnames = [self.fresh("g") for _ in group_exprs]
+        gtypes = [expression_type(g, types) for g in group_exprs]
+        key = self.fresh("key")
+        base = rel.coll.map(*(f"{_text(self._checked(g, 'GROUP BY'))} AS `{n}`"
+                              for g, n in zip(group_exprs, gnames)),
+                            *(f"`{c.internal}`" for c in rel.cols),
+                            f"to_json(struct({', '.join(f'`{n}`' for n in gnames)})) AS `{key}`"
+                            if gnames else f"'' AS `{key}`")
+        names, outs = [], []
+        for i, a in enumerate(aggs):
+            by = [key] + (gnames if i == 0 else [])
+            name = self.fresh("agg")
+            outs.append(self._one_aggregate(base, a, by, name, types))
+            names.append(name)
+        if not aggs:
+            result = base.map(f"`{key}`", *(f"`{n}`" for n in gnames)).distinct()
+        else:
+            result = outs[0]
+            for o in outs[1:]:
+                result = result.join(o, on=[key])
+        cols = [Col(n, None, n, t) for n, t in zip(gnames, gtypes)]
+
+        def over_groups(e, empty=False):
+            e = e.copy()
+            mapping = [(a, n) for a, n in zip(aggs, names)] + list(zip(group_exprs, gnames))
+
+            def swap(node):
+                for src, n in mapping:
+                    if node == src and empty:
+                        return exp.Literal.number(0) if isinstance(node, exp.Count) else \
+                            exp.Null()
+                    if node == src:
+                        return exp.column(n, quoted=True)
+                return node
+            e = e.transform(swap)
+            stray = [c for c in e.find_all(exp.Column) if c.name not in gnames + names]
+            if stray:
+                raise PlanError(f"sql: column '{stray[0].name}' is neither grouped nor "
+                                f"aggregated (rule: add it to GROUP BY or aggregate it)")
+            return e
+
+        agg_types = {n: self._agg_type(a, types) for a, n in zip(aggs, names)}
+        all_types = {**dict(zip(gnames, gtypes)), **agg_types}
+        if cond is not None:
+            result = result.filter(_text(self._checked(over_groups(cond), "HAVING")))
+        out = []
+        for (name, _), e in zip(items, exprs):
+            e = over_groups(e)
+            out.append((name, (_text(self._checked(e, "SELECT")),
+                               expression_type(e, {k.lower(): v for k, v in all_types.items()}))))
+        empty = [_text(over_groups(e, empty=True)) for e in exprs] if not gnames else None
+        return Rel(result, cols), out, empty
+
+    def _one_aggregate(self, base, a, by, name, types):
+        """One aggregate per group: columns `by` + `name`."""
+        keep = [f"`{b}`" for b in by]
+        distinct = isinstance(a.this, exp.Distinct)
+        arg = a.this.expressions[0] if distinct else a.this
+        if distinct and (len(a.this.expressions) != 1 or not isinstance(a, (exp.Count, exp.Sum))):
+            raise refuse(f"aggregate {_text(a)}", "DISTINCT in count or sum of one column")
+        if isinstance(a, exp.Count) and (arg is None or isinstance(arg, exp.Star)):
+            return base.map(*keep).count(by=by).map(*keep, f"`count` AS `{name}`")
+        x = _text(self._checked(arg, "an aggregate"))
+        values = base.map(*keep, f"{x} AS `{name}`")
+        if distinct:
+            values = values.distinct()
+        if isinstance(a, exp.Count):
+            return values.map(*keep, f"CAST(CASE WHEN `{name}` IS NULL THEN 0 ELSE 1 END "
+                                     f"AS BIGINT) AS `{name}`").sum(name, by=by)
+        if isinstance(a, (exp.Sum, exp.Min, exp.Max)):
+            op = {exp.Sum: "sum", exp.Min: "min", exp.Max: "max"}[type(a)]
+            return getattr(values, op)(name, by=by)
+        result = avg_type(expression_type(arg, types))
+        if result is None:
+            raise refuse(f"avg({x}) over a value of unknown type", "CAST its argument")
+        total = values.sum(name, by=by)
+        count = values.map(*keep, f"CAST(CASE WHEN `{name}` IS NULL THEN 0 ELSE 1 END "
+                                  f"AS BIGINT) AS `{name}_n`").sum(f"{name}_n", by=by)
+        both = total.join(count, on=by)
+        if result == "DOUBLE":
+            ratio = f"CAST(`{name}` AS DOUBLE) / CAST(`{name}_n` AS DOUBLE)"
+        else:  # Spark's Average: sum / count as DECIMAL(20, 0), cast to the result type
+            ratio = (f"CAST(`{name}` / CAST(`{name}_n` AS DECIMAL(20, 0)) AS {result})")
+        return both.map(*keep, f"{ratio} AS `{name}`")
+
+    def _agg_type(self, a, types):
+        from .types import sum_type
+        arg = a.this.expressions[0] if isinstance(a.this, exp.Distinct) else a.this
+        if isinstance(a, exp.Count):
+            return "BIGINT"
+        t = expression_type(arg, types)
+        if isinstance(a, exp.Sum):
+            return sum_type(t)
+        if isinstance(a, exp.Avg):
+            return avg_type(t)
+        return t
+
+
+# ---------------------------------------------------------------------- helpers
+def _conjuncts(e) -> list:
+    while isinstance(e, exp.Paren):
+        e = e.this
+    if isinstance(e, exp.And):
+        return _conjuncts(e.this) + _conjuncts(e.expression)
+    return [e]
+
+
+def _aggregates(e) -> list:
+    """The aggregates of `e` itself (not of its subqueries)."""
+    return [n for n in e.walk(prune=lambda n: isinstance(n, exp.Subquery))
+            if isinstance(n, AGGREGATES)]
+
+
+def _scalar_subqueries(e):
+    """Subqueries in `e` used as values (not under IN or EXISTS)."""
+    for node in e.find_all(exp.Subquery):
+        if not isinstance(node.parent, (exp.In, exp.Exists)):
+            yield node
+
+
+def _func_name(node: exp.Func) -> str:
+    if isinstance(node, exp.Anonymous):
+        return str(node.this).lower()
+    return node.sql_name().lower()
+
+
+def _named(e):
+    """(output name, expression) of a SELECT item: its alias, or a column's own name."""
+    if isinstance(e, exp.Alias):
+        return e.alias, e.this
+    if isinstance(e, exp.Column) and not isinstance(e.this, exp.Star):
+        return e.name, e
+    raise PlanError(f"sql: SELECT item {_text(e)} needs a name (rule: add AS name)")
+
+
+def _resolved(e, rel: Rel):
+    """A copy of `e` whose column references name `rel`'s internal columns."""
+    def swap(node):
+        if isinstance(node, (exp.Subquery, exp.Exists)) or (
+                isinstance(node, exp.In) and node.args.get("query") is not None):
+            raise refuse(f"subquery {_text(node)} here", "IN / EXISTS subqueries are "
+                         "supported as WHERE conjuncts")
+        if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
+            col = rel.resolve(node)
+            if col is None:
+                raise PlanError(f"sql: unknown column '{_text(node)}' (known: "
+                                f"{', '.join(sorted({c.name for c in rel.cols}))})")
+            return exp.column(col.internal, quoted=True)
+        return node
+    return e.copy().transform(swap)
+
+
+def parse(text: str) -> list:
+    """The statements of `text` (`;`-separated, `--` comments), parsed as Spark SQL."""
+    try:
+        return [s for s in sqlglot.parse(text, read="spark")
+                if s is not None and not isinstance(s, exp.Semicolon)]
+    except sqlglot.errors.ParseError as e:
+        first = e.errors[0] if e.errors else {}
+        raise PlanError(f"sql: syntax error at line {first.get('line', '?')}, column "
+                        f"{first.get('col', '?')}: {first.get('description', e)}") from None
+
+
+def view(text: str, relations: dict):
+    """flow.sql: one query over `relations` (lower-case name -> Collection)."""
+    statements = parse(text)
+    if len(statements) != 1:
+        raise PlanError(f"sql: expected one query, got {len(statements)} statements "
+                        f"(rule: a .sql plan file holds several)")
+    return Lowering(relations).query(_checked_statement(statements[0])).coll
+
+
+def _row_number(w) -> bool:
+    """row_number() OVER (ORDER BY ...) with the default frame, optionally partitioned."""
+    return isinstance(w, exp.Window) and isinstance(w.this, exp.RowNumber) and \
+        w.args.get("order") is not None and not w.args.get("spec")
+
+
+def _rank_limit(c, rn: str) -> Optional[int]:
+    """k when `c` is rn <= k, rn < k + 1, k >= rn or k + 1 > rn (k a positive integer)."""
+    flipped = {exp.GTE: exp.LTE, exp.GT: exp.LT}
+    if type(c) in flipped:
+        c = flipped[type(c)](this=c.expression, expression=c.this)
+    if not isinstance(c, (exp.LTE, exp.LT)) or not isinstance(c.this, exp.Column) or \
+            c.this.name.lower() != rn:
+        return None
+    k = c.expression
+    if not (isinstance(k, exp.Literal) and not k.is_string and k.this.isdigit()):
+        return None
+    k = int(k.this) - (1 if isinstance(c, exp.LT) else 0)
+    return k if k >= 1 else None
+
+
+def _checked_statement(s):
+    """Refuse windows and non-deterministic functions as written (before renaming)."""
+    for node in s.walk():
+        if isinstance(node, exp.Window) and not (_row_number(node) and
+                                                 isinstance(node.parent, exp.Alias)):
+            raise refuse(f"window function {_text(node)}", "only ORDER BY ... LIMIT k, and "
+                         "row_number() OVER (PARTITION BY ... ORDER BY ...) AS rn in a "
+                         "derived table filtered by rn <= k")
+        if isinstance(node, _NON_DETERMINISTIC_NODES) or (
+                isinstance(node, exp.Func) and _func_name(node) in NON_DETERMINISTIC):
+            raise refuse(f"non-deterministic function {_text(node)}",
+                         "a view's rows must follow from its inputs")
+    return s
+
+
+def script(flow, text: str) -> None:
+    """A .sql plan: CREATE TABLE declares an input, CREATE VIEW an intermediate collection,
+    CREATE MATERIALIZED VIEW an output."""
+    tables: dict = {}  # lower-case name -> Collection: inputs, then views
+    for s in parse(text):
+        if not isinstance(s, exp.Create) or s.kind not in ("TABLE", "VIEW"):
+            raise refuse(f"statement {_text(s)[:60]}", "a plan holds CREATE TABLE, CREATE "
+                         "VIEW and CREATE MATERIALIZED VIEW statements")
+        if s.kind == "TABLE":
+            schema = s.this
+            if not isinstance(schema, exp.Schema) or s.expression is not None:
+                raise refuse(f"CREATE TABLE {_text(s.this)[:40]} without a column list or "
+                             f"with AS", "CREATE TABLE name (col type, ...) declares an input")
+            ddl = ", ".join(f"`{c.name}` {c.args['kind'].sql('spark')}"
+                            for c in schema.expressions)
+            ddl_columns(ddl)
+            name = schema.this.name
+            if name.lower() in tables:
+                raise PlanError(f"sql: '{name}' is declared twice")
+            tables[name.lower()] = flow.input(name, ddl)
+            continue
+        name = s.this.name
+        if name.lower() in tables:
+            raise PlanError(f"sql: '{name}' is declared twice")
+        coll = Lowering(tables).query(_checked_statement(s.expression)).coll
+        tables[name.lower()] = coll
+        props = s.args.get("properties")
+        if props is not None and any(isinstance(p, exp.MaterializedProperty)
+                                     for p in props.expressions):
+            flow.output(name, coll)
+

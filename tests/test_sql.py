@@ -1,0 +1,207 @@
+"""flow.sql: each supported construct, over random multi-step streams with retractions and
+nulls, equals `spark.sql(same text)` over the accumulated inputs (Spark's batch answer) and
+the reference interpreter after every step; what is not supported is refused when the plan
+is built, with one line naming the construct."""
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from batch_check import check_steps, cuts, lifetimes
+from conftest import examples
+from plans import Dataflow, PlanError
+
+T, U = "k BIGINT, g STRING, x BIGINT, d DECIMAL(6,2)", "k BIGINT, y BIGINT, s STRING"
+maybe = lambda s: st.one_of(st.none(), s)  # noqa: E731
+t_rec = st.tuples(maybe(st.integers(0, 2)), maybe(st.sampled_from(["a", "b"])),
+                  maybe(st.integers(-2, 3)), maybe(st.sampled_from([Decimal("1.25"),
+                                                                    Decimal("-0.50")])))
+u_rec = st.tuples(maybe(st.integers(0, 2)), maybe(st.integers(-1, 2)),
+                  maybe(st.sampled_from(["a", "b"])))
+
+QUERIES = {
+    "select_where": "SELECT k, x * 2 + 1 AS x2, upper(g) AS ug FROM t WHERE x > 0 OR g IS NULL",
+    "inner_join": "SELECT t.k, x, y FROM t JOIN u ON t.k = u.k AND x < y",
+    "left_join": "SELECT t.k AS tk, g, y FROM t LEFT JOIN u ON t.k = u.k",
+    "right_join": "SELECT u.k AS uk, x, s FROM t RIGHT JOIN u ON t.k = u.k AND t.x > 0",
+    "full_join": "SELECT t.k AS tk, u.k AS uk, d, s FROM t FULL OUTER JOIN u ON u.k = t.k",
+    "comma_join": "SELECT g, s FROM t, u WHERE t.k = u.k AND s <> 'b'",
+    "group_by": """SELECT g, count(*) AS n, count(x) AS nx, sum(x) AS sx, min(x) AS mn,
+                   max(d) AS mx, avg(x) AS ax, avg(d) AS ad, sum(d) AS sd,
+                   count(DISTINCT x) AS dx FROM t GROUP BY g""",
+    "having": "SELECT k % 2 AS parity, sum(d) AS sd FROM t GROUP BY k % 2 HAVING sum(x) > 0",
+    "distinct": "SELECT DISTINCT g, k FROM t",
+    "union_all": "SELECT k FROM t UNION ALL SELECT k FROM u",
+    "union": "SELECT k FROM t UNION SELECT k FROM u",
+    "cte_join_aggregate": """WITH c AS (SELECT k, count(*) AS n FROM u GROUP BY k)
+                             SELECT t.k, x, n FROM t JOIN c ON t.k = c.k""",
+    "in": "SELECT k, x FROM t WHERE k IN (SELECT k FROM u WHERE y > 0)",
+    "exists": "SELECT k, g FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.k = t.k AND s = 'a')",
+    "not_exists": "SELECT k, g FROM t WHERE NOT EXISTS (SELECT * FROM u WHERE u.k = t.k)",
+    "top_k": "SELECT k, x, g FROM t ORDER BY x DESC NULLS LAST, k, g LIMIT 2",
+    "intersect": "SELECT k, g FROM t INTERSECT SELECT k, s FROM u",
+    "intersect_all": "SELECT k FROM t INTERSECT ALL SELECT k FROM u",
+    "except": "SELECT k, g FROM t EXCEPT SELECT k, s FROM u",
+    "except_all": "SELECT k FROM t EXCEPT ALL SELECT k FROM u WHERE y > 0",
+    "not_in": "SELECT k, x FROM t WHERE x NOT IN (SELECT y FROM u WHERE s = 'a')",
+    "scalar_avg": "SELECT k, x FROM t WHERE x > (SELECT avg(y) FROM u WHERE s = 'a')",
+    "scalar_count": "SELECT k, g FROM t WHERE k < 1 + (SELECT count(*) FROM u WHERE y > 1)",
+    "row_number": """SELECT g, k, x FROM (SELECT k, g, x, d, row_number() OVER (PARTITION BY g
+                     ORDER BY x DESC, k, d) AS rn FROM t) AS s WHERE rn <= 2 AND k > 0""",
+    "aggregate_of_aggregate": """SELECT n, count(*) AS groups
+                                 FROM (SELECT g, count(*) AS n FROM t GROUP BY g) AS c
+                                 GROUP BY n""",
+}
+
+
+def sql_flow(queries) -> Dataflow:
+    flow = Dataflow()
+    flow.input("t", T)
+    flow.input("u", U)
+    for name, text in queries.items():
+        flow.output(name, flow.sql(text))
+    return flow
+
+
+def spark_sql(spark, queries):
+    def batch(frames):
+        for name, df in frames.items():
+            df.createOrReplaceTempView(name)
+        return {name: spark.sql(text) for name, text in queries.items()}
+    return batch
+
+
+@settings(max_examples=examples(1, 4), deadline=None, suppress_health_check=list(HealthCheck))
+@given(t=lifetimes(t_rec), u=lifetimes(u_rec), cut_list=cuts)
+def test_sql_views_match_spark_sql_and_reference(spark, conf, t, u, cut_list):
+    check_steps(spark, conf, sql_flow(QUERIES), {"t": (T, t), "u": (U, u)}, cut_list,
+                spark_sql(spark, QUERIES))
+
+
+def test_collections_by_keyword_and_sql_over_sql():
+    flow = Dataflow()
+    t = flow.input("t", T)
+    recent = t.filter("x > 0")
+    q = flow.sql("SELECT g, count(*) AS n FROM recent GROUP BY g", recent=recent)
+    again = flow.sql("SELECT n FROM counted WHERE n > 1", counted=q)
+    flow.output("again", again)
+    assert "filter(x > 0)" in flow.explain()
+    with pytest.raises(PlanError, match="recent= must be a Collection of this Dataflow"):
+        flow.sql("SELECT * FROM recent", recent=Dataflow().input("t", T))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("SELECT rand() AS r FROM t", "non-deterministic function RAND()"),
+    ("SELECT k, current_timestamp() AS now FROM t", "non-deterministic function"),
+    ("SELECT k FROM t ORDER BY k", "ORDER BY without LIMIT is not supported"),
+    ("SELECT k FROM t LIMIT 3", "LIMIT without ORDER BY"),
+    ("SELECT count(*) AS n FROM t", "an aggregate without GROUP BY"),
+    ("SELECT k, sum(x) OVER (PARTITION BY g) AS s FROM t", "window function"),
+    ("SELECT k FROM (SELECT k, rank() OVER (ORDER BY x) AS r FROM t) AS s WHERE r <= 2",
+     "window function"),
+    ("SELECT * FROM (SELECT k, row_number() OVER (ORDER BY x) AS rn FROM t) AS s "
+     "WHERE rn <= 2", "used other than once"),
+    ("SELECT k, rn FROM (SELECT k, row_number() OVER (ORDER BY x) AS rn FROM t) AS s "
+     "WHERE rn <= 2", "used other than once"),
+    ("SELECT k FROM t WHERE x > (SELECT y FROM u)", "scalar subquery"),
+    ("SELECT k FROM t WHERE x > (SELECT max(y) FROM u WHERE u.k = t.k)", "unknown column"),
+    ("SELECT k + 1 FROM t", "needs a name"),
+    ("SELECT nope FROM t", "unknown column 'nope'"),
+    ("SELECT k FROM nowhere", "unknown table 'nowhere'"),
+    ("SELECT k FROM t JOIN u ON t.k = u.k", "ambiguous"),
+    ("SELECT t.k FROM t, u", "cross join"),
+    ("SELECT t.k FROM t LEFT JOIN u ON t.k = u.k AND x > 0", "LEFT JOIN condition"),
+    ("SELECT g, x FROM t GROUP BY g", "neither grouped nor aggregated"),
+    ("SELECT k FROM t INTERSECT SELECT k, y FROM u", "INTERSECT of 1 and 2 columns"),
+    ("SELECT x FROM t EXCEPT ALL SELECT s FROM u", r"EXCEPT ALL of column 'x' \(BIGINT\)"),
+    ("SELECT g, stddev(x) AS s FROM t GROUP BY g", "aggregate STDDEV"),
+    ("SELECT k FROM t; SELECT k FROM u", "expected one query, got 2"),
+    ("SELECT k, (SELECT max(y) FROM u) AS m FROM t", "subquery .* here"),
+])
+def test_unsupported_sql_is_refused_when_the_plan_is_built(text, message):
+    flow = Dataflow()
+    flow.input("t", T)
+    flow.input("u", U)
+    with pytest.raises(PlanError, match=message):
+        flow.sql(text)
+
+
+# ---------------------------------------------------------------------------- .sql plans
+PLAN_SQL = """-- orders by market segment, as a plan file
+CREATE TABLE orders (o_orderkey BIGINT, o_custkey BIGINT, o_totalprice DECIMAL(12,2));
+CREATE TABLE customer (c_custkey BIGINT, c_mktsegment STRING);
+CREATE VIEW big AS SELECT * FROM orders WHERE o_totalprice > 10;  -- an intermediate view
+CREATE MATERIALIZED VIEW by_segment AS
+  SELECT c_mktsegment, count(*) AS n, sum(o_totalprice) AS revenue
+  FROM big JOIN customer ON o_custkey = c_custkey GROUP BY c_mktsegment;
+"""
+
+
+def _sql_plan_inputs(tmp_path):
+    """Parquet updates (time, diff) of orders and customer, a retraction and a customer
+    moved to another segment (retract + insert) among them; and the final answer."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    orders = [((1, 1, Decimal("20.00")), 0, 1), ((2, 2, Decimal("5.00")), 0, 1),
+              ((3, 1, Decimal("30.50")), 1, 1), ((4, 3, Decimal("12.25")), 2, 1),
+              ((1, 1, Decimal("20.00")), 3, -1), ((5, 2, Decimal("11.00")), 3, 2)]
+    customer = [((1, "AUTO"), 0, 1), ((2, "FOOD"), 0, 1), ((3, None), 1, 1),
+                ((2, "FOOD"), 2, -1), ((2, "AUTO"), 2, 1)]
+    types = {"orders": [pa.int64(), pa.int64(), pa.decimal128(12, 2)],
+             "customer": [pa.int64(), pa.string()]}
+    names = {"orders": ["o_orderkey", "o_custkey", "o_totalprice"],
+             "customer": ["c_custkey", "c_mktsegment"]}
+    paths = {}
+    for name, ups in (("orders", orders), ("customer", customer)):
+        cols = {c: pa.array([r[i] for r, _, _ in ups], t)
+                for i, (c, t) in enumerate(zip(names[name], types[name]))}
+        cols["time"] = pa.array([t for _, t, _ in ups], pa.int64())
+        cols["diff"] = pa.array([d for _, _, d in ups], pa.int64())
+        paths[name] = tmp_path / f"{name}.parquet"
+        pq.write_table(pa.table(cols), paths[name])
+    # orders 3 (cust 1), 4 (cust 3, NULL segment), 5 x2 (cust 2, now AUTO) are > 10
+    want = {("AUTO", 3, Decimal("52.50")), (None, 1, Decimal("12.25"))}
+    return paths, want
+
+
+@pytest.mark.slow
+@pytest.mark.ci
+def test_sql_plan_file_runs_from_the_command_line(tmp_path):
+    from collections import Counter
+
+    import pyarrow.parquet as pq
+    from test_cli import assert_ok, cli
+    plan = tmp_path / "views.sql"
+    plan.write_text(PLAN_SQL)
+    paths, want = _sql_plan_inputs(tmp_path)
+    done = cli("run", plan, "--input", f"orders={paths['orders']}", "--input",
+               f"customer={paths['customer']}", "--output", tmp_path / "out", "--steps", 2,
+               tmp=tmp_path)
+    assert_ok(done)
+    acc: Counter = Counter()
+    for r in pq.read_table(tmp_path / "out" / "by_segment").to_pylist():
+        acc[(r["c_mktsegment"], r["n"], r["revenue"])] += r["diff"]
+    assert {r for r, m in acc.items() if m} == want and set(acc.values()) <= {0, 1}
+
+
+def test_sql_plan_file_explains_and_refuses_clearly(tmp_path):
+    from test_cli import assert_ok, cli
+    plan = tmp_path / "views.sql"
+    plan.write_text(PLAN_SQL)
+    done = cli("explain", plan)
+    assert_ok(done)
+    sql, rest = done.stdout.split("== plan ==")
+    assert sql.startswith("== sql ==\n-- orders by market segment") and "by_segment" in sql
+    assert "output by_segment" in rest and "== optimized ==" in rest and "Input orders" in rest
+    for text, message in [
+            (PLAN_SQL.replace("CREATE MATERIALIZED VIEW", "CREATE VIEW"), "declares no outputs"),
+            (PLAN_SQL + "SELECT 1;", "a plan holds CREATE TABLE"),
+            (PLAN_SQL.replace("FROM big", "FROM bigg"), "unknown table 'bigg'"),
+            (PLAN_SQL.replace("o_totalprice > 10", "rand() > 0.5"), "non-deterministic")]:
+        plan.write_text(text)
+        done = cli("run", plan, "--output", tmp_path / "out")
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr

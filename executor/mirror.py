@@ -12,7 +12,7 @@ driver's updates is kept for Spark.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import reduce
+from functools import partial, reduce
 
 import numpy as np
 import pyarrow as pa
@@ -56,7 +56,7 @@ class Mirror:
     def __init__(self, xp, columns: list[str], nkeys: int, spine: Spine | None = None,
                  schema: StructType | None = None, encoder=None, upper: int | None = None):
         self.xp, self.columns, self.nkeys = xp, list(columns), nkeys
-        self.spine = spine if spine is not None else Spine(slack=4, combine=self._concat)
+        self.spine = spine if spine is not None else Spine(slack=4, combine=partial(_concat, xp))
         self.schema, self.encoder, self.upper = schema, encoder, upper
 
     def _with(self, spine: Spine, upper: int | None = None) -> "Mirror":
@@ -94,14 +94,16 @@ class Mirror:
         """A new mirror with `run` added; merges advance times below `since`."""
         if not run.size:
             return self
-        spine = Spine(lambda r, _: self._compacted(r, since), 4, self._concat)
+        # the spine's functions hold no mirror: a new mirror referring to its predecessor
+        # kept every mirror ever made alive, a chain growing with each step (issue 20)
+        spine = Spine(partial(_compacted, self.xp, since), 4, partial(_concat, self.xp))
         spine.batches = list(self.spine.batches)
         return self._with(spine.appended(run, run.size))
 
     def reading(self, run: Run) -> "Mirror":
         """The mirror with `run` as one more run, unmerged: a step reads its own updates
         apart from the older ones, which a merge may advance to the step's times."""
-        spine = Spine(slack=self.spine.slack, combine=self._concat)
+        spine = Spine(slack=self.spine.slack, combine=partial(_concat, self.xp))
         spine.batches = self.spine.batches + ([(run.size, run)] if run.size else [])
         return self._with(spine)
 
@@ -122,15 +124,6 @@ class Mirror:
     def all(self) -> Run:
         """Every update (below `upper`)."""
         return self._concat_all([r for _, r in self.spine.batches])
-
-    def _compacted(self, run: Run, since: int) -> tuple[Run, int]:
-        merged = run_of(self.xp, run.cols, run.t, run.d, since)
-        return merged, merged.size
-
-    def _concat(self, a: Run, b: Run) -> Run:
-        xp = self.xp
-        return Run(tuple(xp.concat([x, y]) for x, y in zip(a.cols, b.cols)),
-                   xp.concat([a.t, b.t]), xp.concat([a.d, b.d]))
 
     def rows(self, asked: list) -> Run:
         """Every update whose first len(asked) columns equal one of the asked tuples
@@ -162,9 +155,19 @@ class Mirror:
         if not runs:
             empty = xp.zeros(0, dtype=xp.int64)
             return Run(tuple(empty for _ in self.columns), empty, empty)
-        run = reduce(self._concat, runs)
+        run = reduce(partial(_concat, xp), runs)
         if self.upper is None:
             return run
         rows = xp.nonzero(run.t < self.upper)[0]
         return Run(tuple(xp.take(c, rows) for c in run.cols), xp.take(run.t, rows),
                    xp.take(run.d, rows))
+
+
+def _compacted(xp, since: int, run: Run, _size: int) -> tuple[Run, int]:
+    merged = run_of(xp, run.cols, run.t, run.d, since)
+    return merged, merged.size
+
+
+def _concat(xp, a: Run, b: Run) -> Run:
+    return Run(tuple(xp.concat([x, y]) for x, y in zip(a.cols, b.cols)),
+               xp.concat([a.t, b.t]), xp.concat([a.d, b.d]))

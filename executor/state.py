@@ -4,21 +4,28 @@ dying at any moment, losing and duplicating nothing.
 Layout of STATE_DIR (README "Durable state" documents the manifest):
 
     manifest.json   the last committed step; replaced atomically, never edited in place
+    history.jsonl   one JSON line per committed step (its `history` record), appended; the
+                    manifest names how many bytes of it are committed
     lock            {"pid", "host", "since"} of the runner that owns the directory
     data/<id>/      one Parquet folder per frame (trace batch, output log batch, pending
                     updates); written once, never changed, deleted when no manifest names it
 
 Both placements commit through here: a Spark step's frames are Spark frames (trace batches
 bucketed), a driver step's are Arrow tables written by pyarrow with no Spark job (its host
-trace batches plain, one frame per step until Spark merges them; executor/state_layout.py).
+trace batches plain, merged geometrically on the driver: Trace.host_appended;
+executor/state_layout.py).
 A resumed runner reads both alike and steps on in either placement.
 
 Commit protocol, once a step has computed everything in memory (before the runner's fields
 change): write every frame the manifest will name that is not on disk yet, fsync it, write
-manifest.json.tmp, fsync, os.replace it over manifest.json, fsync the directory, then delete
-unreferenced frames. A crash before the rename leaves the previous step committed (its
-frames untouched); after it, the new one. Nothing else is ever read, so a half-written frame
-or manifest is garbage, collected at the next open or commit.
+append the step's history record to history.jsonl (cut first to the bytes the manifest
+committed) and fsync it, write manifest.json.tmp, fsync, os.replace it over manifest.json,
+fsync the directory, then delete unreferenced frames. The history is a file of its own
+because it grows by a record a step: inside the manifest (version 1, still read; its
+history moves to the file at the first commit) every commit rewrote all of it (issue 20). A crash before the rename leaves the previous step committed (its
+frames untouched, history lines past its bytes ignored); after it, the new one. Nothing else
+is ever read, so a half-written frame, history line or manifest is garbage, collected at the
+next open or commit.
 
 Resume: a runner opened on the directory restores frontier, steps, output logs and pending
 updates from the manifest; traces and reductions' pending updates are read from Parquet the
@@ -59,8 +66,9 @@ from .spine import Spine, checkpoint, output_log
 from .time import TIME
 from .trace import Trace
 
-FORMAT, VERSION = "diffspark-state", 1
-MANIFEST, LOCK, DATA = "manifest.json", "lock", "data"
+FORMAT, VERSION = "diffspark-state", 2
+READS = (1, 2)  # version 1 kept the history inside the manifest
+MANIFEST, HISTORY, LOCK, DATA = "manifest.json", "history.jsonl", "lock", "data"
 CRASH_ENV = "DIFFSPARK_CRASH_AT"  # test hook: POINT or POINT@STEP (see crash_point)
 
 
@@ -198,7 +206,9 @@ class Store:
         except StateError:
             self.release()
             raise
+        self.committed = self.history()  # what a resumed driver repeats; [] once it steps on
         self.replayed = 0  # committed steps a resumed driver has repeated so far
+        self.last = self.committed[-1] if self.committed else None  # the last step's record
         self.gc()
 
     def release(self) -> None:
@@ -212,9 +222,9 @@ class Store:
         m = _read_json(path)
         if not isinstance(m, dict) or m.get("format") != FORMAT:
             raise StateError(f"state {self.dir}: {MANIFEST} is not a diffspark manifest")
-        if m.get("version") != VERSION:
+        if m.get("version") not in READS:
             raise StateError(f"state {self.dir}: manifest version {m.get('version')} "
-                             f"(rule: this diffspark reads version {VERSION})")
+                             f"(rule: this diffspark reads versions {READS})")
         if m.get("plan") != self.plan:
             raise StateError(f"state {self.dir}: written by a different plan (rule: resume "
                              f"with the plan and input schemas that wrote the state)")
@@ -232,6 +242,15 @@ class Store:
         runner._logs = {n: self._spine(o["log"]) for n, o in m["outputs"].items()}
         for name, batches in m.get("input_rows", {}).items():  # executor/input_tables.py
             runner._tables[name].restore([self._table(fid) for fid, _ in batches])
+
+    def history(self) -> list[dict]:
+        """Every committed step's history record, in order."""
+        m = self.manifest
+        if m is None or m["version"] == 1:
+            return list(m["history"]) if m else []
+        with open(os.path.join(self.dir, HISTORY), "rb") as f:
+            text = f.read(m["history"]["bytes"]).decode()
+        return [json.loads(line) for line in text.splitlines()]
 
     def _read(self, fid: str):
         from pyspark.sql.types import StructType
@@ -279,7 +298,7 @@ class Store:
     # -------------------------------------------------------------- replay
     def replay(self, upto: Optional[int], frontier: int) -> Optional[dict]:
         """The committed step a call with this `upto` repeats, or None for a new step."""
-        history = self.manifest["history"] if self.manifest else []
+        history = self.committed
         if self.replayed >= len(history):
             return None
         record = history[self.replayed]
@@ -288,7 +307,7 @@ class Store:
         if self.manifest["closed"]:
             raise self.closed()
         if upto is None or upto >= frontier:  # past the committed frontier: a new step
-            self.replayed = len(history)
+            self.committed, self.replayed = [], 0
             return None
         raise StateError(f"state {self.dir}: step {record['step']} was committed with "
                          f"upto={record['upto']}, this call has upto={upto} (rule: a resumed "
@@ -376,7 +395,7 @@ class Store:
             crash_point("commit:before-data", step)
             self._write(writes, buckets)
             crash_point("commit:after-data", step)
-            history = (self.manifest["history"] if self.manifest else [])[:step - 1] + [record]
+            history = self._append_history(record)
             manifest = {"format": FORMAT, "version": VERSION, "plan": self.plan,
                         "steps": step, "frontier": frontier, "closed": closed,
                         "history": history, "state": entries, "outputs": outputs,
@@ -392,12 +411,29 @@ class Store:
         except OSError as e:
             raise StateError(f"state {self.dir}: step {step} not committed, nothing changed: "
                              f"{e}") from None
-        self.manifest, self.replayed, self.schemas = manifest, len(history), frames
+        self.manifest, self.schemas, self.last = manifest, frames, record
+        self.committed, self.replayed = [], 0
         crash_point("commit:after-rename", step)
         self.frames = {i: (df, f) for i, (df, f) in self.frames.items() if f in frames}
         self.frames.update({id(held): (held, name) for name, (held, _, _) in writes.items()})
         self.buckets = {f: b for f, b in buckets.items() if f in frames}
         self.gc()
+
+    def _append_history(self, record: dict) -> dict:
+        """Append `record` to history.jsonl after the committed bytes (a version-1
+        manifest's records first) and fsync; the manifest's `history` entry naming it."""
+        m = self.manifest
+        old = m["history"] if m else {"records": 0, "bytes": 0}
+        lines = [record]
+        if isinstance(old, list):  # a version-1 manifest: its records move to the file
+            lines, old = old + lines, {"records": 0, "bytes": 0}
+        data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in lines).encode()
+        with open(os.path.join(self.dir, HISTORY), "ab") as f:
+            f.truncate(old["bytes"])  # drops what a crashed commit appended
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        return {"records": old["records"] + len(lines), "bytes": old["bytes"] + len(data)}
 
     def _write(self, writes: dict, buckets: dict) -> None:
         """Write new frames as Parquet (Spark frames as concurrent Spark jobs, Arrow tables by

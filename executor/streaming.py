@@ -145,8 +145,7 @@ def split(table: pa.Table, runner) -> dict[str, pa.Table]:
 
 def last_batch(runner, name: str) -> Optional[int]:
     """The last micro-batch id of query `name` a committed step consumed."""
-    for record in reversed(runner._store.manifest["history"] if runner._store.manifest
-                           else []):
+    for record in reversed(runner._store.history()):
         stream = record.get("stream")
         if stream and stream.get("query") == name:
             return stream["batch"]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import reduce
 from typing import Optional
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -38,10 +39,6 @@ def arrange(df: DataFrame, keys: list[str], time_cols: list[str], partitions: in
     return materialise_counted(consolidated.sortWithinPartitions(*map(q, keys + values + time_cols)))
 
 
-SYNC_ROWS = 1_000_000  # a durable runner's driver-step updates kept apart beyond which (and
-# the mirror's size) the mirror is arranged into Spark batches once
-
-
 @dataclass
 class Trace:
     """A spine of arranged batches with the frontiers `since` (times below it are advanced
@@ -52,7 +49,8 @@ class Trace:
     of `batches` replaces them by the mirror, decoded and arranged as one Spark batch. A
     Spark step's append drops the mirror (rebuilt on demand). A durable runner's driver
     steps also leave their own updates in `unsynced` ((rows, a function that decodes them to
-    Arrow)), which the state directory writes as that step's batches (executor/state.py).
+    Arrow) per batch), which the state directory writes as the trace's batches after the
+    Spark ones (executor/state.py); host_appended keeps them bounded.
     `totals` holds what the driver's abelian reductions keep per key of this trace
     (executor/totals.py); a Spark step's append drops them with the mirror."""
 
@@ -114,15 +112,20 @@ class Trace:
                       delta: Optional[tuple] = None) -> "Trace":
         """A new trace after a host step: `mirror` holds the step's updates too; `since`
         from next_since. `delta` ((rows, decode), durable runners only) is kept for the
-        state directory until the Spark batches next catch up with the mirror; past
-        SYNC_ROWS (and the mirror's size) they do, so the step files stay bounded."""
-        unsynced = self.unsynced + (delta,) if delta and delta[0] else self.unsynced
-        out = Trace(self.keys, self.time_cols, self.partitions, self.spine, since, upper,
-                    self.holds, mirror, stale=self.stale or mirror is not self.mirror,
-                    unsynced=unsynced, totals=dict(self.totals))
-        if sum(n for n, _ in unsynced) > max(SYNC_ROWS, mirror.size):
-            out.synced()
-        return out
+        state directory until the Spark batches next catch up with the mirror. Kept apart
+        one per step, they grew the state's files, its manifest and the driver's memory
+        with every step (issue 20); they merge geometrically instead (a Spine: O(log)
+        batches), and once they hold more rows than the mirror, the mirror itself,
+        compacted and decoded on the driver (no Spark job), replaces them and the stale
+        Spark batches: what is stored stays within about twice the collection."""
+        stale = self.stale or mirror is not self.mirror
+        spine, unsynced = self.spine, _merged(self.unsynced, delta)
+        if stale and sum(n for n, _ in unsynced) > mirror.size:
+            spine = Spine(slack=self.spine.slack)  # readers of a stale trace use the mirror
+            unsynced = ((mirror.size, mirror.table),) if mirror.size else ()
+        return Trace(self.keys, self.time_cols, self.partitions, spine, since, upper,
+                     self.holds, mirror, stale=stale, unsynced=unsynced,
+                     totals=dict(self.totals))
 
     def stats(self) -> dict:
         """Batches, records and bytes where the trace is stored now: the mirror's runs
@@ -139,6 +142,20 @@ class Trace:
                 "mirror_records": 0 if self.mirror is None else self.mirror.size,
                 "mirror_bytes": 0 if self.mirror is None else self.mirror.nbytes,
                 "mirror_columns": 0 if self.mirror is None else len(self.mirror.columns)}
+
+
+def _merged(held: tuple, delta: Optional[tuple]) -> tuple:
+    """Unsynced batches with `delta` appended, merged by the Spine rule: a merge is the
+    concatenation of both decodings, done when the state directory writes it."""
+    if not delta or not delta[0]:
+        return held
+    spine = Spine(lambda decode, rows: (decode, rows), slack=4, combine=_concatenated)
+    spine.batches = list(held)
+    return tuple(spine.appended(delta[1], delta[0]).batches)
+
+
+def _concatenated(first, second):
+    return lambda: pa.concat_tables([first(), second()], promote_options="permissive")
 
 
 def _bytes(df: DataFrame) -> int:

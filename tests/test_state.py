@@ -219,6 +219,33 @@ def test_resume_refuses_other_inputs_plans_and_steps(spark, conf, tmp_path):
     assert (manifest(where), data_files(where)) == before
 
 
+def test_history_is_appended_and_version_1_manifests_resume(spark, conf, tmp_path):
+    """The step history lies in history.jsonl, cut to the manifest's committed bytes (a
+    crashed commit's line is dropped); a version-1 manifest (history inside) still resumes,
+    its records moving to the file at the next commit."""
+    where = str(tmp_path / "state")
+    steps = [({"e": updates_df(spark, E, [((1, 2), 0, 1)])}, 2),
+             ({"e": updates_df(spark, E, [((2, 3), 2, 1)])}, 4)]
+    runner = Runner(flow(), conf=conf, spark=spark, state=where)
+    runner.step(steps[0][0], upto=steps[0][1])
+    records = runner._store.history()
+    runner.release_state()
+    assert [r["step"] for r in records] == [1]
+    old = {**manifest(where), "version": 1, "history": records}
+    with open(os.path.join(where, "manifest.json"), "w") as f:
+        json.dump(old, f)
+    with open(os.path.join(where, "history.jsonl"), "w") as f:
+        f.write('{"step": 9, "torn')  # what a crashed commit might leave: ignored
+    again = Runner(flow(), conf=conf, spark=spark, state=where)
+    assert again.step(steps[0][0], upto=steps[0][1]).skipped
+    again.step(steps[1][0], upto=steps[1][1])
+    assert manifest(where)["version"] == durable.VERSION
+    assert [r["step"] for r in again._store.history()] == [1, 2]
+    with open(os.path.join(where, "history.jsonl")) as f:
+        assert [json.loads(line)["upto"] for line in f] == [2, 4]
+    again.release_state()
+
+
 def test_restored_traces_keep_their_partitioning(spark, conf, tmp_path):
     """Trace batches Spark steps write are bucketed by their key and restored with their partitioning
     (a join with a live arrangement adds no Exchange and no Sort); a manifest written before

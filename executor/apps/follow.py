@@ -58,22 +58,17 @@ class Follower:
         self.runner, self.folders, self.output, self.say = runner, folders, output, say
         self.metrics, self.cdc = metrics, set(cdc)
         self.read = set()  # (input, file name) of every committed step
-        for record in self._history():
+        for record in self.runner._store.history():
             for name, files in record.get("files", {}).items():
                 self.read.update((name, f) for f in files)
         self.stopping = 0
 
-    def _history(self) -> list:
-        manifest = self.runner._store.manifest
-        return manifest["history"] if manifest else []
-
     # ------------------------------------------------------------------ outputs
     def recover(self) -> None:
         """Write the last committed step's output files that a crash left unwritten."""
-        history = self._history()
-        if not history or "files" not in history[-1]:
+        record = self.runner._store.last
+        if record is None or "files" not in record:
             return
-        record = history[-1]
         from pyspark.sql import functions as F
         for name in self.runner.plan:
             if os.path.exists(self._path(name, record["step"])):

@@ -109,6 +109,7 @@ class HostStep:
         self.pending: dict = {}  # as `held`, after the step (None: nothing waits)
         self.state = runner._state  # the traces operators read (a scope's over them in a round)
         self.scope: Optional[_Scope] = None  # the iterate scope whose round this walk is
+        self.clock = _Clock()  # shared by an iterate's rounds (shallow copies of this walk)
 
     # ------------------------------------------------------------------ values
     def changes(self, node: ir.Node) -> Changes:
@@ -144,7 +145,7 @@ class HostStep:
 
     def value(self, node: ir.Node):
         if node not in self.memo:
-            value = self._evaluate(node)
+            value = self.clock.timed(operator_name(node), lambda: self._evaluate(node))
             if self.scope is not None and isinstance(node, (ir.Join, ir.Reduce)):
                 value = self.scope.admit(self, node, value)
             self.memo[node] = value
@@ -494,6 +495,35 @@ class HostStep:
                 for name, node in self.runner.plan.items()}
 
 
+def operator_name(node: ir.Node) -> str:
+    """An operator as users read it: its label, and for an arrangement what it arranges
+    (runner.stats() names traces so)."""
+    if isinstance(node, ir.Arrange):
+        source = node.input
+        return f"{node.label()} of " + (source.name if isinstance(source, ir.Input)
+                                        else source.label())
+    return node.label()
+
+
+@dataclass
+class _Clock:
+    """Each operator's own seconds in a step (the time of the inputs it asks for excluded),
+    summed over an iterate's rounds: StepResult.operators."""
+    seconds: dict = field(default_factory=dict)
+    nested: list = field(default_factory=list)  # the inputs' seconds, per open operator
+
+    def timed(self, name: str, evaluate):
+        started = clock.perf_counter()
+        self.nested.append(0.0)
+        try:
+            return evaluate()
+        finally:
+            spent = clock.perf_counter() - started
+            self.seconds[name] = self.seconds.get(name, 0.0) + spent - self.nested.pop()
+            if self.nested:
+                self.nested[-1] += spent
+
+
 @dataclass
 class _Scope:
     """One step of one iterate on the driver: the round, the traces its rounds append to,
@@ -580,6 +610,7 @@ class Done:
     commits: dict
     holds: list
     digests: dict
+    seconds: dict  # each operator's own seconds (_Clock)
 
 
 def step(runner, updates: dict, upto: Optional[int]) -> Optional[Done]:
@@ -624,7 +655,7 @@ def step(runner, updates: dict, upto: Optional[int]) -> Optional[Done]:
     digests = {} if runner._store is None else {  # of the rows as given, not as coded
         name: arrow_digest(s if isinstance(s, pa.Table) else _rows(s))
         for name, s in sources.items()}
-    return Done(tables, pending, host.commits | state, host.holds, digests)
+    return Done(tables, pending, host.commits | state, host.holds, digests, host.clock.seconds)
 
 
 def _held(runner) -> Optional[dict]:

@@ -55,6 +55,8 @@ class StepResult:
     changes: Mapping[str, DataFrame]  # this step's final output changes, per output
     skipped: bool = False  # a resumed runner recognised a committed step: nothing ran
     host: bool = False  # the step ran on the driver (executor/host.py), no Spark job
+    # a driver step: each operator's own seconds, its inputs' excluded (host.operator_name)
+    operators: Mapping[str, float] = field(default_factory=dict)
 
     def arrow(self, name: str) -> pa.Table:
         """An output's changes of this step as Arrow (records, time, diff): no Spark for
@@ -337,8 +339,10 @@ class Runner:
                                  ruled, note)
                 except (Py4JJavaError, PySparkException) as e:
                     raise self._refused(e) from None
-                return self._advance(Frames(done.tables), done.pending, logs, done.commits,
-                                     done.holds, upto, started, ruled, host=True)
+                result = self._advance(Frames(done.tables), done.pending, logs, done.commits,
+                                       done.holds, upto, started, ruled, host=True)
+                result.operators = done.seconds
+                return result
         frames = {name: read_source(self.spark, name, src, self.input_schemas[name])
                   for name, src in updates.items()}
         sources, digests = dict(self._empty), {}
@@ -481,7 +485,7 @@ class Runner:
 
     def stats(self) -> dict[str, dict]:
         """Per arrangement: batches, records, bytes, since and upper."""
-        return {node.label() + f" of {_short(node.input)}": trace.stats()
+        return {host.operator_name(node): trace.stats()
                 for node, trace in self._state.items() if isinstance(trace, Trace)}
 
 
@@ -550,10 +554,6 @@ def _held(state: dict, key) -> Optional[DataFrame]:
     (a driver step holds them as Arrow)."""
     held = state.get(key)
     return None if held is None else as_frame(held)
-
-
-def _short(node: ir.Node) -> str:
-    return node.name if isinstance(node, ir.Input) else node.label()
 
 
 def _first_line(e: Exception) -> str:

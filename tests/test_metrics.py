@@ -57,6 +57,9 @@ def test_metrics_lines_hold_each_steps_rows_traces_and_lag(spark, conf, tmp_path
             written = out / name / f"step-{record['step']:012d}.parquet"
             assert n == (pq.read_table(written).num_rows if written.exists() else 0)
         assert record["placement"] == "driver"
+        ops = record["operator_seconds"]  # every operator of the walk, by its own time
+        assert set(record["traces"]) <= set(ops) and all(v >= 0 for v in ops.values())
+        assert sum(ops.values()) <= record["seconds"]["step"]
         assert record["upto"] > record["lower"]
         assert 0 <= record["seconds"]["step"] <= record["seconds"]["total"]
         assert record["driver_rss_bytes"] > 50 * 2**20

@@ -4,8 +4,9 @@ status line `follow` draws on a terminal.
 
 Fields: `step`, `lower`, `upto`, `placement` ("driver": no Spark job; "spark"), `files`,
 `input_rows` and `output_changes` per name, `seconds` (`step`: the runner's step; `total`:
-reading the files to the outputs written), `operator_seconds` (each iterate's rounds
-summed: the operators the runner times), `traces` (per arrangement: records, bytes,
+reading the files to the outputs written), `operator_seconds` (a step on the driver:
+each operator's own seconds, its inputs' excluded, summed over an iterate's rounds,
+`StepResult.operators`; a step on Spark: each iterate's rounds summed), `traces` (per arrangement: records, bytes,
 batches, where stored, the driver mirror's records and bytes: `runner.stats()`),
 `driver_rss_bytes`, `lag_seconds` (`max`: the oldest file's modification time to the
 step's outputs written, `min`: the newest file's) and `written_at` (Unix seconds).
@@ -31,8 +32,9 @@ def step_record(runner, result, input_rows: dict, files: int, total: float,
         "input_rows": input_rows,
         "output_changes": {name: result.arrow(name).num_rows for name in runner.plan},
         "seconds": {"step": round(result.seconds, 6), "total": round(total, 6)},
-        "operator_seconds": {label: round(sum(s), 6) for label, s in runner.rounds.items()
-                             if s is not rounds_before.get(label)},
+        "operator_seconds": {name: round(s, 6) for name, s in result.operators.items()}
+        if result.operators else {label: round(sum(s), 6) for label, s in runner.rounds.items()
+                                  if s is not rounds_before.get(label)},
         "traces": {label: {f: stats[f] for f in TRACE_FIELDS}
                    for label, stats in runner.stats().items()},
         "driver_rss_bytes": rss_bytes(),

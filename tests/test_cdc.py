@@ -17,6 +17,7 @@ from executor.apps.cli import main
 from executor.apps.follow import Follower
 from executor.reference import reference
 from plans.semantics import consolidate
+from test_cli import assert_ok, cli
 from test_input_tables import C, keyed_flow
 
 REGIONS = ["north", "south", "east"]
@@ -162,3 +163,25 @@ def test_unreadable_change_files_and_cli_misuse(spark, tmp_path, capsys):
         assert main(["follow", str(plan), "--input", f"plain={tmp_path}", "--output",
                      str(tmp_path / "o"), "--state", str(tmp_path / "s")] + argv) == 2
         assert error in capsys.readouterr().err
+
+
+def test_run_reads_change_records_into_a_keyed_input(tmp_path):
+    """`run --cdc NAME`: a file of random change records is one step; the output is the
+    table the records leave, as replaying them one by one gives it."""
+    rng = random.Random(11)
+    stream = random_stream(rng, 4)
+    records = [r for step in stream for r in step]
+    (tmp_path / "changes.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    plan = tmp_path / "plan.py"
+    plan.write_text("def build(flow):\n"
+                    f"    c = flow.input('customers', {C!r}, key=['c_id'])\n"
+                    "    flow.output('rows', c)\n"
+                    "    flow.output('per_region', c.count(by=['region']))\n")
+    out = tmp_path / "out"
+    assert_ok(cli("run", plan, "--input", f"customers={tmp_path / 'changes.jsonl'}",
+                  "--cdc", "customers", "--output", out, tmp=tmp_path))
+    final = consolidate([(row, 0, d) for row, _, d in replayed([records])])
+    assert final  # the records leave some rows
+    rows = pq.read_table(out / "rows").to_pylist()
+    assert consolidate([(tuple(r[c] for c in ("c_id", "name", "region")), r["time"],
+                         r["diff"]) for r in rows]) == final

@@ -636,7 +636,9 @@ class Lowering:
             ratio = f"CAST(`{name}` AS DOUBLE) / CAST(`{name}_n` AS DOUBLE)"
         else:  # Spark's Average: sum / count as DECIMAL(20, 0), cast to the result type
             ratio = (f"CAST(`{name}` / CAST(`{name}_n` AS DECIMAL(20, 0)) AS {result})")
-        return both.map(*keep, f"{ratio} AS `{name}`")
+        # avg over no non-null values is NULL (never a division by zero, which ANSI refuses)
+        return both.map(*keep, f"CASE WHEN `{name}_n` = 0 THEN NULL ELSE {ratio} END "
+                               f"AS `{name}`")
 
     def _agg_type(self, a, types):
         from .types import sum_type

@@ -162,3 +162,37 @@ def host(xp, arr):
     import gpu_kernels as gk
 
     return gk.to_numpy(xp, arr).tolist()
+
+
+def three_ways(spark, conf, flow, ddl: str, stream: list, cuts: list, driver_conf=None) -> list:
+    """Step a driver runner and a Spark runner through `stream` (updates of the flow's one
+    input `s`, schema `ddl`) in steps ending at `cuts`: after each step both outputs equal
+    the reference below the frontier. Returns which steps ran on the driver."""
+    from executor import Runner
+    from executor.reference import reference
+
+    expected = reference(spark, flow.outputs, {"s": stream})
+    ours = Runner(flow, conf=conf | (driver_conf or {}), spark=spark)
+    theirs = Runner(flow, conf=conf | {"diffspark.host.step_rows": "0"}, spark=spark)
+    lo, ran = 0, []
+    for upto in cuts:
+        feed = {"s": updates_table(ddl, [u for u in stream if lo <= u[1] < upto])}
+        ran.append(ours.step(feed, upto=upto).host)
+        assert not theirs.step(feed, upto=upto).host
+        lo = upto
+        got, spark_got = (outputs_rows(r, list(flow.outputs)) for r in (ours, theirs))
+        for name in flow.outputs:
+            want = [(as_json(r), t, d) for r, t, d in expected[name] if t < upto]
+            assert got[name] == want, (name, upto, "driver")
+            assert spark_got[name] == want, (name, upto, "spark")
+    return ran
+
+
+def as_json(record: tuple) -> tuple:
+    """A record as outputs_rows reads it back: a DECIMAL as a float (exact at the few digits
+    tests use), a DATE as its ISO text."""
+    import datetime as dt
+    from decimal import Decimal
+
+    return tuple(float(v) if isinstance(v, Decimal) else
+                 v.isoformat() if isinstance(v, dt.date) else v for v in record)

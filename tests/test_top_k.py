@@ -11,14 +11,12 @@ from decimal import Decimal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import examples, outputs_rows, updates_table
+from conftest import examples, three_ways, updates_table
 from executor import Runner
-from executor.reference import reference
 from plans import Dataflow
 
 S = "g STRING, h BIGINT, x BIGINT, p DECIMAL(10,2), d DATE, f DOUBLE, s STRING"
 HORIZON = 6
-SPARK_ONLY = {"diffspark.host.step_rows": "0"}
 
 
 def top_k_flow(k: int) -> Dataflow:
@@ -54,39 +52,10 @@ updates = st.lists(st.tuples(record, st.integers(0, HORIZON - 1),
 cuts = st.sets(st.integers(1, HORIZON - 1), max_size=4).map(lambda s: sorted(s) + [HORIZON])
 
 
-def _three_ways(spark, conf, k, stream, cuts, driver_conf=None):
-    """Step a driver runner and a Spark runner through `stream` in steps ending at `cuts`:
-    after each step both outputs equal the reference below the frontier. Returns which
-    steps ran on the driver."""
-    flow = top_k_flow(k)
-    expected = reference(spark, flow.outputs, {"s": stream})
-    ours = Runner(flow, conf=conf | (driver_conf or {}), spark=spark)
-    theirs = Runner(flow, conf=conf | SPARK_ONLY, spark=spark)
-    lo, ran = 0, []
-    for upto in cuts:
-        feed = {"s": updates_table(S, [u for u in stream if lo <= u[1] < upto])}
-        ran.append(ours.step(feed, upto=upto).host)
-        assert not theirs.step(feed, upto=upto).host
-        lo = upto
-        got, spark_got = (outputs_rows(r, list(flow.outputs)) for r in (ours, theirs))
-        for name in flow.outputs:
-            want = [(_as_json(r), t, d) for r, t, d in expected[name] if t < upto]
-            assert got[name] == want, (name, upto, "driver")
-            assert spark_got[name] == want, (name, upto, "spark")
-    return ran
-
-
-def _as_json(record: tuple) -> tuple:
-    """A record as outputs_rows reads it back: a DECIMAL as a float (exact at these few
-    digits), a DATE as its ISO text."""
-    return tuple(float(v) if isinstance(v, Decimal) else
-                 v.isoformat() if isinstance(v, dt.date) else v for v in record)
-
-
 @settings(max_examples=examples(3, 6), deadline=None, suppress_health_check=list(HealthCheck))
 @given(k=st.integers(1, 4), stream=updates, cuts=cuts)
 def test_top_k_on_the_driver_matches_reference_and_spark(spark, conf, k, stream, cuts):
-    assert all(_three_ways(spark, conf, k, stream, cuts))
+    assert all(three_ways(spark, conf, top_k_flow(k), S, stream, cuts))
 
 
 @settings(max_examples=examples(2, 4), deadline=None, suppress_health_check=list(HealthCheck))
@@ -94,7 +63,7 @@ def test_top_k_on_the_driver_matches_reference_and_spark(spark, conf, k, stream,
 def test_top_k_switching_placement_matches_reference(spark, conf, k, stream, cuts):
     """Steps of more than 3 updates run on Spark, the others on the driver: the index is
     rebuilt from the mirror after a Spark step."""
-    _three_ways(spark, conf, k, stream, cuts, {"diffspark.host.step_rows": "3"})
+    three_ways(spark, conf, top_k_flow(k), S, stream, cuts, {"diffspark.host.step_rows": "3"})
 
 
 def _u(t, d, g="a", h=0, x=0):

@@ -10,14 +10,12 @@ from decimal import Decimal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import examples, outputs_rows, updates_table
+from conftest import examples, outputs_rows, three_ways, updates_table
 from executor import Runner
-from executor.reference import reference
 from plans import Dataflow
 
 S = "k STRING, g BIGINT, x BIGINT, p DECIMAL(10,2), y INT"
 HORIZON = 6
-SPARK_ONLY = {"diffspark.host.step_rows": "0"}
 
 
 def totals_flow() -> Dataflow:
@@ -51,38 +49,10 @@ updates = st.lists(st.tuples(record, st.integers(0, HORIZON - 1), st.sampled_fro
 cuts = st.sets(st.integers(1, HORIZON - 1), max_size=3).map(lambda s: sorted(s) + [HORIZON])
 
 
-def _three_ways(spark, conf, stream, cuts, driver_conf=None, on_driver=None):
-    """Step a driver runner and a Spark runner through `stream` in steps ending at `cuts`:
-    after each step both outputs equal the reference below the frontier. Returns which
-    steps ran on the driver."""
-    flow = totals_flow()
-    expected = reference(spark, flow.outputs, {"s": stream})
-    ours = Runner(flow, conf=conf | (driver_conf or {}), spark=spark)
-    theirs = Runner(flow, conf=conf | SPARK_ONLY, spark=spark)
-    lo, ran = 0, []
-    for upto in cuts:
-        feed = {"s": updates_table(S, [u for u in stream if lo <= u[1] < upto])}
-        ran.append(ours.step(feed, upto=upto).host)
-        assert not theirs.step(feed, upto=upto).host
-        lo = upto
-        got, spark_got = (outputs_rows(r, list(flow.outputs)) for r in (ours, theirs))
-        for name in flow.outputs:
-            want = [(_as_json(r), t, d) for r, t, d in expected[name] if t < upto]
-            assert got[name] == want, (name, upto, "driver")
-            assert spark_got[name] == want, (name, upto, "spark")
-    return ran
-
-
-def _as_json(record: tuple) -> tuple:
-    """A record as outputs_rows reads it back: DECIMAL through JSON is a float (one per
-    decimal at the few digits used here, so nothing is lost to the comparison)."""
-    return tuple(float(v) if isinstance(v, Decimal) else v for v in record)
-
-
 @settings(max_examples=examples(3, 5), deadline=None, suppress_health_check=list(HealthCheck))
 @given(stream=updates, cuts=cuts)
 def test_sums_and_counts_as_totals_match_reference_and_spark(spark, conf, stream, cuts):
-    assert all(_three_ways(spark, conf, stream, cuts))
+    assert all(three_ways(spark, conf, totals_flow(), S, stream, cuts))
 
 
 def _u(t, d, k="a", g=0, x=1, p="1.00", y=1):
@@ -110,9 +80,9 @@ def test_groups_that_vanish_cancel_or_hold_nulls(spark, conf):
     totals rebuilt from Spark's batches) and back on Spark."""
     stream = [u for step in STORY for u in step]
     cuts = list(range(1, len(STORY) + 1))
-    assert all(_three_ways(spark, conf, stream, cuts))
+    assert all(three_ways(spark, conf, totals_flow(), S, stream, cuts))
     switching = {"diffspark.host.step_rows": "2"}  # steps of 3 rows run on Spark
-    ran = _three_ways(spark, conf, stream, cuts, switching)
+    ran = three_ways(spark, conf, totals_flow(), S, stream, cuts, switching)
     assert ran == [False, True, True, True, True, True, False]
 
 

@@ -448,7 +448,7 @@ class Store:
             state_layout.write(frame, path, keys, times, buckets[name])
             for root, _, files in os.walk(path):
                 for f in files:
-                    _fsync_file(os.path.join(root, f))
+                    fsync_file(os.path.join(root, f))
                 _fsync_dir(root)
 
         spark = [w for w in writes.items() if isinstance(w[1][1], DataFrame)]
@@ -552,7 +552,8 @@ def digest_of(row) -> str:
     return f"{row['_rows']}:{row['_h1'] or 0}:{row['_h2'] or 0}"
 
 
-def _fsync_file(path: str) -> None:
+def fsync_file(path: str) -> None:
+    """A file's (or a folder's entries') data to disk: what a rename then commits."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -561,4 +562,4 @@ def _fsync_file(path: str) -> None:
 
 
 def _fsync_dir(path: str) -> None:
-    _fsync_file(path)
+    fsync_file(path)

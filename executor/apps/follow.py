@@ -41,6 +41,7 @@ import pyarrow.parquet as pq
 
 from executor.arrivals import completed, step_tables
 from executor.errors import InputError
+from executor.state import fsync_file
 from executor.time import TIME
 
 from .metrics import step_record
@@ -88,9 +89,9 @@ class Follower:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
         pq.write_table(table, tmp)
-        _fsync(tmp)
+        fsync_file(tmp)
         os.replace(tmp, path)
-        _fsync(os.path.dirname(path))
+        fsync_file(os.path.dirname(path))
 
     # ------------------------------------------------------------------ inputs
     def new_files(self) -> dict[str, list[str]]:
@@ -178,11 +179,3 @@ class Follower:
         self.stopping += 1
         if self.stopping > 1:  # a second signal: abandon the step in flight
             raise KeyboardInterrupt
-
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -26,7 +26,7 @@ from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, Date
 
 NULL_CODE = np.iinfo(np.int64).min
 _SIGN = np.int64(np.iinfo(np.int64).max)
-_INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
+INTEGRAL = (ByteType, ShortType, IntegerType, LongType)  # Spark integer types
 _TEMPORAL = (DateType, TimestampType, TimestampNTZType)
 
 
@@ -53,7 +53,7 @@ class Encoder:
         arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
         if arr.type != to_arrow_type(kind):
             arr = arr.cast(to_arrow_type(kind))
-        if isinstance(kind, (*_INTEGRAL, BooleanType, *_TEMPORAL)):
+        if isinstance(kind, (*INTEGRAL, BooleanType, *_TEMPORAL)):
             codes = _integers(arr)
             if isinstance(kind, LongType) and arr.null_count < len(arr) and \
                     pc.min(arr).as_py() == NULL_CODE:

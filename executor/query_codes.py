@@ -14,15 +14,13 @@ from dataclasses import replace
 from decimal import Decimal
 
 import pyarrow as pa
-from pyspark.sql.types import (ByteType, DataType, DecimalType, IntegerType, LongType,
-                               ShortType)
+from pyspark.sql.types import DataType, DecimalType
 
 from plans import query as cq
 
 from .changes import Unsupported
-from .encoding import Encoder, NoCode, ordered
+from .encoding import INTEGRAL, Encoder, NoCode, ordered
 
-_INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 
 
 def coded(query: cq.Query, kinds: dict[str, list[DataType]], encoder: Encoder) -> cq.Query:
@@ -53,7 +51,7 @@ def coded(query: cq.Query, kinds: dict[str, list[DataType]], encoder: Encoder) -
 
 def _domain(kind: DataType) -> str:
     """Types whose codes compare with each other: integers of every width are one domain."""
-    return "integral" if isinstance(kind, _INTEGRAL) else kind.simpleString()
+    return "integral" if isinstance(kind, INTEGRAL) else kind.simpleString()
 
 
 def _code(value, kind: DataType, encoder: Encoder) -> int:

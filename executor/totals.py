@@ -25,7 +25,7 @@ kept below 2**62 (else the step runs on Spark) so merging their updates cannot o
 """
 from __future__ import annotations
 
-from pyspark.sql.types import ByteType, DecimalType, IntegerType, LongType, ShortType
+from pyspark.sql.types import DecimalType
 
 from gpu_kernels import (DiffOverflow, group_starts, multiply_diffs, running_segments,
                          sort_by, sum_segments)
@@ -33,11 +33,10 @@ from plans import ir
 
 from . import reduce_host
 from .changes import Changes, Unsupported
-from .encoding import NULL_CODE
+from .encoding import INTEGRAL, NULL_CODE
 from .mirror import Mirror, run_of
 
 BOUND = 2 ** 62  # totals stay below it; a sum's spread is capped at it
-_INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 
 
 def applies(node: ir.Reduce, view) -> bool:
@@ -52,7 +51,7 @@ def applies(node: ir.Reduce, view) -> bool:
     if red.kind == "distinct":
         return list(view.trace.keys) == view.batch.names
     if red.kind == "sum":
-        return isinstance(view.batch.schema[red.column].dataType, (*_INTEGRAL, DecimalType))
+        return isinstance(view.batch.schema[red.column].dataType, (*INTEGRAL, DecimalType))
     return red.kind == "count"
 
 
@@ -148,7 +147,7 @@ def _terms(xp, red: ir.Reduction, cols: dict, d, kinds: dict) -> list:
     zero = xp.zeros_like(d)
     value = multiply_diffs(xp, xp.where(live, x, zero), d)
     terms = [xp.where(live, d, zero), value]
-    if isinstance(kinds[red.column], _INTEGRAL):
+    if isinstance(kinds[red.column], INTEGRAL):
         wide = xp.logical_or(value >= BOUND, value <= -BOUND)
         terms.append(xp.where(wide, xp.full_like(value, BOUND), xp.abs(value)))
     return terms

@@ -18,6 +18,7 @@ from pyspark.sql.types import (ByteType, DataType, DecimalType, DoubleType, Floa
                                IntegerType, LongType, NullType, ShortType, StringType,
                                StructType, TimestampNTZType, TimestampType)
 
+from .encoding import INTEGRAL
 from .errors import InputError
 from .linear import q
 from .state import content_digest, digest_of
@@ -31,7 +32,6 @@ _WIDENS = {LongType: (ByteType, ShortType, IntegerType, LongType),
            # naive timestamps (pandas writes them to Parquet as timestamp_ntz) are read in
            # the session time zone, as Spark reads naive pyarrow timestamps
            TimestampType: (TimestampNTZType,)}
-_INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 ACCEPTED = ("a Spark DataFrame, a pandas DataFrame, a pyarrow Table, csv(path, ...) or a "
             "Parquet/CSV path")
 DELIMITERS = {",": "comma", ";": "semicolon", "\t": "tab", "|": "pipe"}
@@ -248,7 +248,7 @@ def _decimal(name, field, want: DecimalType, checks):
         # p - s integer digits and as many fraction digits as fit: null when too large
         wide = F.expr(f"try_cast({q(field.name)} AS DECIMAL(38, {38 - (p - s)}))")
         is_number = number.isNotNull() & ~F.isnan(number)
-    elif isinstance(have, (DecimalType, *_INTEGRAL)):
+    elif isinstance(have, (DecimalType, *INTEGRAL)):
         scale = have.scale if isinstance(have, DecimalType) else 0
         wide = F.expr(f"try_cast({q(field.name)} AS DECIMAL({min(38, p - s + scale)}, {scale}))")
         is_number = col.isNotNull()

@@ -18,25 +18,24 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import (ByteType, IntegerType, LongType, ShortType, StructField,
-                               StructType)
+from pyspark.sql.types import LongType, StructField, StructType
 
 from gpu_kernels import namespace, to_numpy
 from plans import ir
 from plans import query as cq
 
 from . import delta_rules
+from .encoding import INTEGRAL
 from .linear import q
 from .time import DIFF, TIME
 
-_INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 _WHOLE = 100_000  # asked-for keys beyond which a request reads its whole arrangement
 
 
 def applicable(node: ir.Query, deltas: list[DataFrame]) -> bool:
     """Integer columns and integer constants only (the kernels' domain)."""
     for df in deltas:
-        if not all(isinstance(f.dataType, _INTEGRAL) for f in df.schema.fields):
+        if not all(isinstance(f.dataType, INTEGRAL) for f in df.schema.fields):
             return False
     consts = [t for a in node.query.atoms for t in a.terms if isinstance(t, cq.Const)]
     consts += [t for c in node.query.comparisons for t in (c.left, c.right)

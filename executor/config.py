@@ -23,6 +23,7 @@ __all__ = [
     "host_step_rows",
     "local_query_rows",
     "max_rounds",
+    "output_history",
     "partitions",
     "profile_path",
 ]
@@ -48,6 +49,8 @@ HOST_STEP_ROWS_KEY = "diffspark.host.step_rows"
 DEFAULT_HOST_STEP_ROWS = 5_000_000
 HOST_MIRROR_ROWS_KEY = "diffspark.host.mirror_rows"
 DEFAULT_HOST_MIRROR_ROWS = 20_000_000
+OUTPUT_HISTORY_KEY = "diffspark.output.history"
+OUTPUT_HISTORIES = ("all", "current")
 
 # What an environment variable named in a profile is for, to say so when it is missing.
 ENV_HINTS = {
@@ -111,6 +114,8 @@ def load_conf(
         kernel_backend(conf)
     if PARTITIONS_KEY in conf:
         partitions(conf)
+    if OUTPUT_HISTORY_KEY in conf:
+        output_history(conf)
     return conf
 
 
@@ -146,6 +151,18 @@ def host_step_rows(conf: Mapping[str, str]) -> int:
 def host_mirror_rows(conf: Mapping[str, str]) -> int:
     """The most records an arrangement may hold for the driver to mirror it."""
     return _positive_int(conf, HOST_MIRROR_ROWS_KEY, DEFAULT_HOST_MIRROR_ROWS)
+
+
+def output_history(conf: Mapping[str, str]) -> str:
+    """What a runner keeps of each output's changes: "all" (default; every change at its
+    time, so `snapshot` answers any past time) or "current" (older changes consolidated
+    into the output's present contents, so memory follows the output's size, not the
+    number of steps; `follow` keeps this unless told otherwise)."""
+    value = str(conf.get(OUTPUT_HISTORY_KEY, "all")).strip().lower()
+    if value not in OUTPUT_HISTORIES:
+        raise ConfigError(f"{OUTPUT_HISTORY_KEY} must be one of {', '.join(OUTPUT_HISTORIES)}, "
+                          f"got {conf.get(OUTPUT_HISTORY_KEY)!r}")
+    return value
 
 
 def max_rounds(conf: Mapping[str, str]) -> int:

@@ -29,7 +29,8 @@ from gpu_kernels import DiffOverflow
 
 from . import host, input_tables, iterate, join, limits, linear, reduce_product, wcoj
 from . import reduce as reduce_ops
-from .config import kernel_backend, load_conf, local_query_rows, partitions
+from .config import (OUTPUT_HISTORY_KEY, kernel_backend, load_conf, local_query_rows,
+                     output_history, partitions)
 from .consolidate import consolidate
 from .encoding import Encoder
 from .errors import InputError, StepError, analysis_message
@@ -127,7 +128,8 @@ class Runner:
         self.steps = 0
         self.closed = False
         self._pending: dict[str, object] = {n: None for n in self.plan}  # as _state's waiting
-        self._logs: dict[str, Spine] = {n: output_log() for n in self.plan}
+        self.history = output_history(self.conf)  # what the output logs keep (config.py)
+        self._logs: dict[str, Spine] = {n: output_log(self.history) for n in self.plan}
         self._tables = input_tables.tables(flow)  # keyed and strict inputs' current rows
         self._subscriptions = Subscriptions()  # callbacks after each committed step
         # durability (executor/state.py): commit each step to `state`, resume from it
@@ -445,7 +447,9 @@ class Runner:
             raise PlanError(f"unknown output '{name}'; outputs are {sorted(self.plan)}")
 
     def output(self, name: str) -> DataFrame:
-        """Every final change of an output so far: record columns, time, diff (consolidated)."""
+        """Every final change of an output so far: record columns, time, diff (consolidated).
+        With diffspark.output.history=current, older changes come summed per record at its
+        latest time: their sum, the present contents, is exact; their past times are not."""
         self._check_output(name)
         log = self._logs[name].union()
         return log if log is not None else self.spark.createDataFrame([], self.schemas[name])
@@ -456,6 +460,10 @@ class Runner:
         self._check_output(name)
         if at >= self.frontier:
             raise PlanError(f"snapshot: time {at} is not final yet (frontier {self.frontier})")
+        if self.history == "current" and at < self.frontier - 1:
+            raise PlanError(f"snapshot: time {at} is past; this runner keeps only the present "
+                            f"(time {self.frontier - 1}) of its outputs (rule: "
+                            f"{OUTPUT_HISTORY_KEY}=current; set it to all to keep every time)")
         recs = linear.record_columns(self.output(name), TIME_COLS)
         label = "multiplicity" if "count" in (r.lower() for r in recs) else "count"
         return (self.output(name).where(F.col(TIME) <= at)

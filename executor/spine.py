@@ -13,6 +13,7 @@ from functools import reduce
 from typing import Callable, Optional, TypeVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
@@ -85,22 +86,25 @@ class Spine:
     host mirror's array runs, executor/mirror.py)."""
 
     def __init__(self, merge: Optional[Callable[[DataFrame, int], tuple[DataFrame, int]]] = None,
-                 slack: int = 8, combine: Callable = DataFrame.unionByName):
+                 slack: int = 8, combine: Callable = DataFrame.unionByName, fresh: int = 0):
         self.batches: list[tuple[int, DataFrame]] = []
         # (union of two batches, their summed size) -> (materialised batch, its size); a
         # trace's merge compacts and consolidates, so the size can shrink
         self.merge = merge or (lambda df, size: (materialise(df), size))
         self.slack = slack
         self.combine = combine
+        self.fresh = fresh  # the newest batches, never merged (a merge may rewrite times)
 
     def appended(self, batch: DataFrame, size: int = 1) -> "Spine":
         """A new spine with `batch` added (the old one is left intact: steps commit whole)."""
-        out = Spine(self.merge, self.slack, self.combine)
+        out = Spine(self.merge, self.slack, self.combine, self.fresh)
         batches = self.batches + [(size, batch)]
-        while len(batches) > self.slack and batches[-2][0] <= 2 * batches[-1][0]:
-            (s1, b1), (s2, b2) = batches[-2:]
+        top = len(batches) - self.fresh
+        while top > self.slack and batches[top - 2][0] <= 2 * batches[top - 1][0]:
+            (s1, b1), (s2, b2) = batches[top - 2:top]
             merged, size = self.merge(self.combine(b1, b2), s1 + s2)
-            batches[-2:] = [(size, merged)]
+            batches[top - 2:top] = [(size, merged)]
+            top -= 1
         out.batches = batches
         return out
 
@@ -135,7 +139,30 @@ def _log_merge(batch, size: int):
     return (batch, size) if isinstance(batch, pa.Table) else (materialise(batch), size)
 
 
-def output_log() -> Spine:
+def _log_compact(batch, size: int):
+    """A merge that keeps only the present: each record's changes summed at its latest time,
+    records whose changes cancel dropped (conf diffspark.output.history=current)."""
+    from .time import DIFF, TIME
+    if isinstance(batch, pa.Table):
+        records = [c for c in batch.column_names if c not in (TIME, DIFF)]
+        summed = batch.group_by(records, use_threads=False).aggregate(
+            [(TIME, "max"), (DIFF, "sum")]).rename_columns(records + [TIME, DIFF])
+        summed = summed.filter(pc.not_equal(summed[DIFF], 0))
+        return summed.select(batch.column_names).cast(batch.schema), size
+    from pyspark.sql import functions as F
+    records = [c for c in batch.columns if c not in (TIME, DIFF)]
+    summed = (batch.groupBy(*[F.col(f"`{c}`") for c in records])
+              .agg(F.max(TIME).alias(TIME), F.sum(DIFF).alias(DIFF))
+              .where(F.col(DIFF) != 0).select(*[F.col(f"`{c}`") for c in batch.columns]))
+    return materialise(summed), size
+
+
+def output_log(history: str = "all") -> Spine:
     """An output's log of final changes: Spark frames and Arrow tables, merged
-    geometrically; a driver step's tables reach Spark only when the log is read."""
+    geometrically; a driver step's tables reach Spark only when the log is read. With
+    history "current" (executor/config.py output_history) merges consolidate, so the log
+    holds the output's present contents plus the newest step's changes as they were (the
+    ones `follow` rewrites after a crash)."""
+    if history == "current":
+        return Spine(_log_compact, combine=_log_combine, fresh=1)
     return Spine(_log_merge, combine=_log_combine)

@@ -239,7 +239,7 @@ class Store:
         runner.frontier, runner.steps, runner.closed = m["frontier"], m["steps"], m["closed"]
         runner._state = _LazyState(self, m["state"])
         runner._pending = {n: self._frame(o["pending"]) for n, o in m["outputs"].items()}
-        runner._logs = {n: self._spine(o["log"]) for n, o in m["outputs"].items()}
+        runner._logs = {n: self._spine(o["log"], runner.history) for n, o in m["outputs"].items()}
         for name, batches in m.get("input_rows", {}).items():  # executor/input_tables.py
             runner._tables[name].restore([self._table(fid) for fid, _ in batches])
 
@@ -273,8 +273,8 @@ class Store:
         self.frames[id(table)] = (table, fid)
         return table
 
-    def _spine(self, batches: list) -> Spine:
-        spine = output_log()
+    def _spine(self, batches: list, history: str) -> Spine:
+        spine = output_log(history)
         spine.batches = [(size, self._frame(fid)) for fid, size in batches]
         return spine
 

@@ -67,14 +67,15 @@ def soak(spark, conf: dict, steps: int, changes: int, seed: int = 7, say=print) 
     """Run `steps` steps of `changes` updates; one record per step."""
     from executor import Runner
     from executor.apps.cli import load_plan
-    from executor.apps.follow import Follower
+    from executor.apps.follow import Follower, follow_conf
 
     work = Path(tempfile.mkdtemp(prefix="soak-"))
     folders = {name: work / name for name in SCHEMAS}
     for folder in folders.values():
         folder.mkdir()
     records: list[dict] = []
-    runner = Runner(load_plan(str(PLAN)), conf=conf, spark=spark, state=str(work / "state"))
+    runner = Runner(load_plan(str(PLAN)), conf=follow_conf(conf), spark=spark,
+                    state=str(work / "state"))
     jvm = spark.sparkContext._jvm.java.lang.Runtime.getRuntime()
     follower = Follower(runner, {n: str(f) for n, f in folders.items()}, str(work / "out"),
                         say=lambda *a, **k: None, metrics=records.append)

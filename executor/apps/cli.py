@@ -67,7 +67,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from executor.config import OUTPUT_HISTORY_KEY, ConfigError, kernel_backend
+from executor.config import ConfigError, kernel_backend
 from executor.errors import InputError, StateError, StepError
 from plans import Dataflow, PlanError, ir
 from plans.optimizer import optimize as optimize_plan
@@ -411,10 +411,9 @@ def cmd_run(args) -> int:
 
 
 def cmd_follow(args) -> int:
-    from .follow import Follower
+    from .follow import Follower, follow_conf
     from .metrics import Sink
-    # the output files hold every change; the runner keeps only the outputs' present
-    conf = {OUTPUT_HISTORY_KEY: "current", **conf_from_args(args.conf)}
+    conf = follow_conf(conf_from_args(args.conf))
     flow = load_plan(args.plan, args.strict)
     folders = parse_inputs(args.input, flow)
     cdc_inputs = parse_cdc(args.cdc, folders, flow)

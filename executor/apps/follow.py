@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from executor.arrivals import completed, step_tables
+from executor.config import OUTPUT_HISTORY_KEY
 from executor.errors import InputError
 from executor.state import fsync_file
 from executor.time import TIME
@@ -47,6 +48,12 @@ from executor.time import TIME
 from .metrics import step_record
 
 OUTPUT_FILE = "step-{:012d}.parquet"
+
+
+def follow_conf(conf: dict) -> dict:
+    """`conf` under follow's defaults: the output files hold every change, so the runner
+    keeps only its outputs' present contents (diffspark.output.history=current)."""
+    return {OUTPUT_HISTORY_KEY: "current", **conf}
 
 
 class Follower:

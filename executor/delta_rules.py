@@ -146,8 +146,7 @@ def _validated(xp, rule: cq.DeltaRule, p: _Prefixes, got: dict) -> _Prefixes:
         key_cols, _, t, d = _seen(xp, got[_validator_request(val)], p.t, val.reads)
         rows, prefix = codes(xp, key_cols, [p.vars[v] for _, v in val.columns],
                               t.shape[0], p.t.shape[0])
-        zero = xp.zeros_like(rows)
-        index = build_timed_index(xp, rows, zero, t, d)
+        index = _index(xp, rows, xp.zeros_like(rows), t, d, p.t, val.reads)
         lo, hi = row_ranges(xp, index.csr, prefix)
         m = multiplicity(xp, index, lo, hi, xp.zeros_like(prefix), p.t, val.reads)
         p = _Prefixes(p.vars, p.t, multiply_diffs(xp, p.d, m))
@@ -162,7 +161,7 @@ def _extended(xp, step: cq.Extension, p: _Prefixes, got: dict, chunk_rows: int,
         key_cols, value, t, d = _seen(xp, got[_request(e)], p.t, e.reads)
         rows, prefix = codes(xp, key_cols, [p.vars[v] for _, v in e.key], t.shape[0],
                               p.t.shape[0])
-        indices.append(build_timed_index(xp, rows, value, t, d))
+        indices.append(_index(xp, rows, value, t, d, p.t, e.reads))
         keys.append(prefix)
     reads = [e.reads for e in step.extenders]
     parts = []
@@ -197,6 +196,14 @@ def _seen(xp, rows: tuple, t, reads: str) -> tuple:
     keep = xp.nonzero(keep)[0]
     return ([xp.take(k, keep) for k in key_cols], xp.take(value, keep), xp.take(times, keep),
             xp.take(d, keep))
+
+
+def _index(xp, key, value, times, d, t, reads: str):
+    """The timed index of rows a relation's prefixes (times `t`) read; settled when every
+    prefix sees every row (a big step's own updates read as of `time <= t`, a step of one
+    time reading the older history), so a multiplicity is one search."""
+    settled = t.shape[0] > 0 and bool(xp.all(visible(xp, times, xp.min(t), reads)))
+    return build_timed_index(xp, key, value, times, d, settled)
 
 
 def _chunks(xp, ranges, chunk_rows: int):

@@ -30,6 +30,8 @@ def multiply_diffs(xp, a, b):
         return a
     a, b = _int64(xp, a), _int64(xp, b)
     p = a * b
+    if a.shape[0] == 0 or _magnitude(xp, a) * _magnitude(xp, b) < 2**63:
+        return p  # no product can wrap: four reductions instead of a division per row
     # Floor division recovers b exactly iff no wrap: a wrapped p is >= 2**64 away from a*b,
     # while floor(p / a) == b allows p within |a| <= 2**63 of a*b. a == -1 and a == 0 are
     # divided by 1 instead (to dodge MIN // -1 and / 0) and decided directly.
@@ -37,6 +39,11 @@ def multiply_diffs(xp, a, b):
     bad = xp.where(a == -1, b == INT64_MIN, xp.logical_and(a != 0, p // safe != b))
     _refuse(xp, bad, lambda i: f"diff product overflows int64 (row {i}: {int(a[i])} * {int(b[i])})")
     return p
+
+
+def _magnitude(xp, x) -> int:
+    """The largest |x| as an exact Python int (|INT64_MIN| included)."""
+    return max(int(xp.max(x)), -int(xp.min(x)))
 
 
 def add_diffs(xp, a, b):

@@ -187,6 +187,8 @@ CASES: dict[str, Case] = {
     "visible": Case(_times, lambda xp, a: (timed_index.visible(xp, a["a0"], a["b0"], "new"),
                                            timed_index.visible(xp, a["a0"], a["b0"], "old"))),
     "multiplicity": Case(_timed_inputs, lambda xp, a: _multiplicity(xp, a)),
+    "key_ranks": Case(_timed_inputs, lambda xp, a: timed_index.key_ranks(
+        xp, _timed_index(xp, a), csr.row_ranges(xp, _timed_index(xp, a).csr, a["q"])[0])),
     "extend_as_of": Case(_timed_inputs, lambda xp, a: timed_index.extend_as_of(
         xp, [a["q"], a["v"]], a["t"], a["pd"], [_timed_index(xp, a), _timed_index(xp, a, 1)],
         ["new", "old"])),
@@ -194,10 +196,15 @@ CASES: dict[str, Case] = {
 
 
 def _multiplicity(xp, a):
-    ix = _timed_index(xp, a)
-    lo, hi = csr.row_ranges(xp, ix.csr, a["q"])
-    return tuple(timed_index.multiplicity(xp, ix, lo, hi, a["v"], a["t"], reads)
-                 for reads in ("new", "old"))
+    """As of each time, and from a settled index (one row per pair, times ignored)."""
+    out = []
+    for settled in (False, True):
+        ix = timed_index.build_timed_index(xp, a["key"], a["value"], a["time"], a["diff"],
+                                           settled)
+        lo, hi = csr.row_ranges(xp, ix.csr, a["q"])
+        out += [timed_index.multiplicity(xp, ix, lo, hi, a["v"], a["t"], reads)
+                for reads in ("new", "old")]
+    return tuple(out)
 
 
 def public_kernels() -> set[str]:

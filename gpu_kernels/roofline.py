@@ -61,7 +61,9 @@ MODELS: dict[str, Model] = {
     "batch_to_arrays": Model(2, 1, what="Arrow buffers to arrays (a copy on a device)"),
     "arrays_to_batch": Model(2, 1, what="arrays to Arrow buffers (a copy from a device)"),
     "build_timed_index": Model(3 * SORT + 4, 6, what="sort by (key, value, time), running sums"),
-    "multiplicity": Model(2, 8, search="q", what="two lexicographic searches per query"),
+    "multiplicity": Model(2, 8, search="q", what="two lexicographic searches per query "
+                          "(one on a settled index)"),
+    "key_ranks": Model(1, 2, search="q", what="one search over the key offsets per query"),
     "extend_as_of": Model(6, 12, search="q", what="propose, filter by time, validate by search"),
 }
 WEDGE_BYTES = 120  # gpu_kernels/wcoj.py: streamed per wedge (generate, table, count)

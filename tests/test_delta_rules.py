@@ -111,3 +111,12 @@ def test_multiplicity_packed_and_lockstep_agree_with_brute_force(xp, rows, asked
                 and visible(u, a[2])) for a in asked]
     for index in (ix, ix._replace(codes=None, pack=None)):
         assert host(xp, multiplicity(xp, index, lo, hi, values, times, reads)) == want
+    # asked after every row's time, a settled index (one row per pair) gives the same sums
+    late = xp.full_like(times, 4)
+    want = [sum(d for k, v, _, d in rows if (k, value_of(v)) == (a[0], value_of(a[1])))
+            for a in asked]
+    settled = build_timed_index(xp, *cols, settled=True)
+    assert settled.settled
+    for index in (ix, settled, settled._replace(codes=None, pack=None)):
+        lo, hi = row_ranges(xp, index.csr, keys)
+        assert host(xp, multiplicity(xp, index, lo, hi, values, late, reads)) == want

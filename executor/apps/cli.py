@@ -98,26 +98,17 @@ def _parser() -> argparse.ArgumentParser:
     r = verbs.add_parser("run", help="run a plan file over input files, write its outputs",
                          description="Run PLAN.py's dataflow over input files in steps and "
                                      "write every output's changes to DIR/NAME/ (Parquet).")
-    r.add_argument("plan", metavar="PLAN.py", help="Python file defining build(flow)")
-    r.add_argument("--input", action="append", default=[], metavar="NAME=PATH",
-                   help="Parquet or CSV file or folder for the input NAME (repeatable)")
+    _plan_arguments(r, "NAME=PATH", "Parquet or CSV file or folder for the input NAME "
+                    "(repeatable)", conf_help, log_help)
     r.add_argument("--csv-option", action="append", default=[], metavar="NAME.KEY=VALUE",
                    help="a CSV option of input NAME: delimiter, header (true|false), "
                         "null_value, quote, escape (repeatable; \\t is a tab)")
-    r.add_argument("--output", required=True, metavar="DIR", help="output folder")
-    r.add_argument("--conf", action="append", default=[], metavar="PROFILE|KEY=VALUE",
-                   help=conf_help)
     r.add_argument("--steps", type=_positive_int, default=1, metavar="K",
                    help="feed the inputs in K steps over their distinct times (default 1)")
     r.add_argument("--upto", type=_time, default=None, metavar="T",
                    help="feed only times < T and leave the inputs open")
-    r.add_argument("--no-optimize", dest="optimize", action="store_false",
-                   help="run the plan as written (no optimizer)")
-    r.add_argument("--spark-log", default=None, metavar="FILE|-", help=log_help)
     r.add_argument("--state", default=None, metavar="STATE_DIR",
                    help="commit every step to STATE_DIR and resume from it (durable run)")
-    r.add_argument("--strict", action="store_true", help=STRICT_HELP)
-    r.add_argument("--cdc", action="append", default=[], metavar="NAME", help=CDC_HELP)
     r.add_argument("--close", action="store_true",
                    help="with --state: close the inputs at the end (a closed state takes no "
                         "more steps); without --state a run always closes")
@@ -191,27 +182,34 @@ def _follow_parser(verbs, conf_help: str, log_help: str) -> None:
                          description="Poll input folders; the files new since the last step "
                          "are one step; write each step's output changes to "
                          "DIR/NAME/step-<step>.parquet exactly once (executor/apps/follow.py).")
-    f.add_argument("plan", metavar="PLAN.py", help="Python file defining build(flow)")
-    f.add_argument("--input", action="append", default=[], metavar="NAME=DIR",
-                   help="folder receiving Parquet or CSV files for input NAME (repeatable)")
-    f.add_argument("--output", required=True, metavar="DIR", help="output folder")
+    _plan_arguments(f, "NAME=DIR", "folder receiving Parquet or CSV files for input NAME "
+                    "(repeatable)", conf_help, log_help)
     f.add_argument("--state", required=True, metavar="STATE_DIR",
                    help="durable state: steps committed here, resumed from here")
-    f.add_argument("--conf", action="append", default=[], metavar="PROFILE|KEY=VALUE",
-                   help=conf_help)
     f.add_argument("--poll", type=_seconds, default=1.0, metavar="SECONDS",
                    help="seconds between looks at the input folders (default 1)")
     f.add_argument("--until-idle", type=_seconds, default=None, metavar="SECONDS",
                    help="exit 0 after SECONDS without new files (default: run until a signal)")
-    f.add_argument("--strict", action="store_true", help=STRICT_HELP)
-    f.add_argument("--cdc", action="append", default=[], metavar="NAME", help=CDC_HELP)
     f.add_argument("--metrics", default=None, metavar="FILE",
                    help="append one JSON line of metrics per step to FILE "
                         "(executor/apps/metrics.py)")
-    f.add_argument("--no-optimize", dest="optimize", action="store_false",
-                   help="run the plan as written (no optimizer)")
-    f.add_argument("--spark-log", default=None, metavar="FILE|-", help=log_help)
     f.set_defaults(func=cmd_follow)
+
+
+def _plan_arguments(p, input_metavar: str, input_help: str, conf_help: str,
+                    log_help: str) -> None:
+    """The arguments `run` and `follow` share: a plan file stepped over inputs."""
+    p.add_argument("plan", metavar="PLAN.py", help="Python file defining build(flow)")
+    p.add_argument("--input", action="append", default=[], metavar=input_metavar,
+                   help=input_help)
+    p.add_argument("--output", required=True, metavar="DIR", help="output folder")
+    p.add_argument("--conf", action="append", default=[], metavar="PROFILE|KEY=VALUE",
+                   help=conf_help)
+    p.add_argument("--no-optimize", dest="optimize", action="store_false",
+                   help="run the plan as written (no optimizer)")
+    p.add_argument("--spark-log", default=None, metavar="FILE|-", help=log_help)
+    p.add_argument("--strict", action="store_true", help=STRICT_HELP)
+    p.add_argument("--cdc", action="append", default=[], metavar="NAME", help=CDC_HELP)
 
 
 def _seconds(text: str) -> float:

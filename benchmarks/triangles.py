@@ -3,8 +3,9 @@
 Static: R-MAT graphs (Graph500 parameters, average degree ~16, seeded) counted by
 - diffspark's array kernel (degree orientation, CSR, batched intersection) on the edge arrays,
   and the `triangles` verb's path (Spark reads Parquet, the kernel counts);
-- a plain Spark SQL binary-join plan on the same session (edges oriented src < dst, two joins);
-- DuckDB (the same SQL), networkit (TriangleEdgeScore), kuzu (a Cypher triangle pattern),
+- Spark SQL on the same session: the edges ordered by degree into a cached table, then two
+  binary joins (DEGREE_ORDERED, SQL);
+- DuckDB (the same SQL, temporary tables), networkit (TriangleEdgeScore), kuzu (a Cypher triangle pattern),
   each measured in the same run when installed (benchmarks/requirements-peers.txt).
 Incremental: the first graph, then batches of changes (half deletions): diffspark's triangle
 dataflow per batch vs DuckDB's delta SQL (indexed base table updated in place, the three
@@ -30,8 +31,22 @@ from benchmarks import common  # noqa: E402
 from benchmarks.rmat import rmat_edges  # noqa: E402
 
 PEERS = ("duckdb", "networkit", "kuzu")  # their versions go into the JSON
-SQL = """SELECT count(*) FROM e AS a JOIN e AS b ON a.dst = b.src
-         JOIN e AS c ON a.src = c.src AND b.dst = c.dst"""
+# The SQL peers' form, as a skilled user writes it: the edges (distinct, src < dst) re-oriented
+# from the lower to the higher (degree, id), which bounds every node's out-degree by
+# sqrt(2|E|), into a table; then the triangle pattern as two binary joins over it. Ordered by
+# id alone, R-MAT's hubs make the joins' wedges explode (DuckDB: 63 s and 14 GiB at 1M edges,
+# against 18 s with this form, measured here under load).
+DEGREE_ORDERED = (
+    ("deg", "SELECT v, count(*) AS d FROM (SELECT src AS v FROM e UNION ALL "
+            "SELECT dst AS v FROM e) GROUP BY v"),
+    ("o", "SELECT CASE WHEN a.d < b.d OR (a.d = b.d AND e.src < e.dst) THEN e.src "
+          "ELSE e.dst END AS src, CASE WHEN a.d < b.d OR (a.d = b.d AND e.src < e.dst) "
+          "THEN e.dst ELSE e.src END AS dst FROM e JOIN deg AS a ON a.v = e.src "
+          "JOIN deg AS b ON b.v = e.dst"))
+SPARK_SQL = "Spark SQL degree-ordered joins"
+SPARK_SQL_BEFORE = "Spark SQL binary joins"  # JSON before the degree-ordered form
+SQL = """SELECT count(*) FROM o AS a JOIN o AS b ON a.dst = b.src
+         JOIN o AS c ON a.src = c.src AND b.dst = c.dst"""
 
 
 def parse_args(argv):
@@ -40,7 +55,7 @@ def parse_args(argv):
     p.add_argument("--batches", type=int, default=3, help="incremental batches")
     p.add_argument("--batch-size", type=int, default=1000, help="changes per batch")
     p.add_argument("--spark-timeout", type=float, default=300,
-                   help="stop the Spark SQL and DuckDB binary-join plans after this many s")
+                   help="stop the Spark SQL and DuckDB join plans after this many s")
     p.add_argument("--plans-rows", type=int, default=100_000,
                    help="edges for the delta-query vs naive plan comparison (0: skip)")
     p.add_argument("--seed", type=int, default=1)
@@ -58,7 +73,8 @@ def kernel_count(src, dst) -> int:
 
 
 def spark_sql_count(spark, path: str, timeout: float) -> Optional[int]:
-    """The binary-join plan in Spark SQL; None when cancelled after `timeout` seconds."""
+    """The degree-ordered binary-join plan in Spark SQL (each table cached); None when
+    cancelled after `timeout` seconds."""
     sc = spark.sparkContext
     group = f"triangles-sql-{time.time()}"
     sc.setJobGroup(group, "spark sql triangles", interruptOnCancel=True)
@@ -66,6 +82,8 @@ def spark_sql_count(spark, path: str, timeout: float) -> Optional[int]:
     timer.start()
     try:
         spark.read.parquet(path).createOrReplaceTempView("e")
+        for name, select in DEGREE_ORDERED:
+            spark.sql(select).cache().createOrReplaceTempView(name)
         return spark.sql(SQL).collect()[0][0]
     except Exception as e:  # noqa: BLE001 - a cancelled job surfaces as any Spark error
         print(f"  spark sql: stopped ({str(e).splitlines()[0][:80]})", flush=True)
@@ -76,7 +94,8 @@ def spark_sql_count(spark, path: str, timeout: float) -> Optional[int]:
 
 
 def duckdb_count(src, dst, timeout: float) -> Optional[int]:
-    """The same binary-join SQL in DuckDB; None when interrupted after `timeout` seconds."""
+    """The same degree-ordered SQL in DuckDB (its tables as temporary tables); None when
+    interrupted after `timeout` seconds."""
     import duckdb
     import pyarrow as pa
 
@@ -85,6 +104,8 @@ def duckdb_count(src, dst, timeout: float) -> Optional[int]:
     timer = threading.Timer(timeout, con.interrupt)
     timer.start()
     try:
+        for name, select in DEGREE_ORDERED:
+            con.execute(f"CREATE TEMP TABLE {name} AS {select}")
         return con.execute(SQL).fetchone()[0]
     except duckdb.InterruptException:
         print("  duckdb: stopped", flush=True)
@@ -112,7 +133,10 @@ def kuzu_load(src, dst, folder: Path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    folder.mkdir(parents=True, exist_ok=True)
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)  # the warm-up may have loaded the same size
+    folder.mkdir(parents=True)
     nodes = np.unique(np.concatenate([src, dst]))
     pq.write_table(pa.table({"id": nodes}), folder / "nodes.parquet")
     pq.write_table(pa.table({"from": src, "to": dst}), folder / "edges.parquet")
@@ -169,9 +193,9 @@ def run_static(spark, args, sizes, skip, tmp: Path) -> list[dict]:
         row("diffspark kernel", lambda: kernel_count(src, dst))
         row("diffspark verb (Spark read + kernel)",
             lambda: triangles.static_count(spark.read.parquet(str(path))))
-        row("Spark SQL binary joins", lambda: spark_sql_count(spark, str(path),
+        row(SPARK_SQL, lambda: spark_sql_count(spark, str(path),
                                                                args.spark_timeout))
-        for name, fn in (("DuckDB", lambda: duckdb_count(src, dst, args.spark_timeout)),
+        for name, fn in (("DuckDB degree-ordered joins", lambda: duckdb_count(src, dst, args.spark_timeout)),
                          ("networkit", lambda: networkit_count(src, dst))):
             try:
                 row(name, fn)

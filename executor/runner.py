@@ -18,6 +18,7 @@ import pyarrow as pa
 from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 from py4j.protocol import Py4JJavaError
 
@@ -45,6 +46,7 @@ from .time import DIFF, INFINITY, TIME
 from .updates import normalise, read_source
 
 TIME_COLS = [TIME]
+UPDATE = [StructField(TIME, LongType(), False), StructField(DIFF, LongType(), False)]
 
 
 @dataclass
@@ -65,7 +67,6 @@ class StepResult:
         if isinstance(self.changes, Frames):
             return self.changes.tables[name]
         return self.changes[name].toArrow()
-
 
 class Frames(Mapping):
     """A driver step's changes per output, held as Arrow; each becomes a (local) Spark
@@ -98,12 +99,13 @@ class Runner:
         self.backend = kernel_backend(self.conf)
         self.flow = flow
         self.plan = optimize_plan(flow.outputs).plan if optimize else dict(flow.outputs)
-        update = [StructField(TIME, LongType(), False), StructField(DIFF, LongType(), False)]
-        self.input_schemas = {n: StructType.fromDDL(i.schema) for n, i in flow.inputs.items()}
+        self.constants = ir.constants(flow.outputs.values())  # inputs the runner feeds
+        self.input_schemas = {n: StructType.fromDDL(i.schema)
+                              for n, i in {**flow.inputs, **self.constants}.items()}
         # over an RDD of no partitions: reading it runs no task (a local empty list would
         # start Python workers in every step that leaves the input alone)
         self._empty = {n: self.spark.createDataFrame(self.spark.sparkContext.emptyRDD(),
-                                                     StructType(s.fields + update))
+                                                     StructType(s.fields + UPDATE))
                        for n, s in self.input_schemas.items()}
         self.partitions = partitions(self.conf)
         self._counted = counted(self.plan)  # arrangements counts keep as totals (running.py)
@@ -325,9 +327,11 @@ class Runner:
         if upto is not None and upto < lower:
             raise PlanError(f"step: upto={upto} is below the frontier {lower}")
         for name in updates:
-            if name not in self.input_schemas:
+            if name not in self.flow.inputs:
                 raise InputError(name, "-", "unknown input",
-                                 f"the dataflow's inputs are {sorted(self.input_schemas)}")
+                                 f"the dataflow's inputs are {sorted(self.flow.inputs)}")
+        if self.constants and lower == 0 and (upto is None or upto > 0):
+            updates = {**updates, **self._constant_updates()}
         ruled = None
         if replay is None and self._tables:  # keyed and strict inputs (input_tables.py)
             updates, ruled = input_tables.translate(self, updates, lower, upto)
@@ -366,6 +370,18 @@ class Runner:
             raise self._refused(e) from None
         return self._advance(changes, pending, logs, step.commits, step.holds, upto, started,
                              ruled)
+
+    def _constant_updates(self) -> dict[str, pa.Table]:
+        """The plan's constants as updates at time 0, for the step that holds it."""
+        out = {}
+        for name, node in self.constants.items():
+            schema = StructType(self.input_schemas[name].fields + UPDATE)
+            arrow = pa.schema(to_arrow_schema(schema))
+            rows = [tuple(r) + (0, 1) for r in node.rows]
+            cols = list(zip(*rows)) if rows else [[] for _ in arrow]
+            out[name] = pa.Table.from_arrays([pa.array(list(c), type=f.type)
+                                              for c, f in zip(cols, arrow)], schema=arrow)
+        return out
 
     def _commit(self, commits: dict, pending: dict, logs: dict, lower: int,
                 upto: Optional[int], digests: dict, ruled=None, note=None) -> None:

@@ -22,6 +22,7 @@ class Dataflow:
     def __init__(self, strict: bool = False):
         self.strict = strict  # every input strict (the CLI's --strict)
         self.inputs: dict[str, ir.Input] = {}
+        self.constants: dict[str, ir.Constant] = {}
         self.outputs: dict[str, ir.Node] = {}
         self._scopes = 0  # iterate scopes made so far: names their variables
 
@@ -32,13 +33,29 @@ class Dataflow:
         step that would make a record's multiplicity negative is refused."""
         if not name.isidentifier():
             raise PlanError(f"input '{name}': name must be an identifier")
-        if name in self.inputs:
+        if name in self.inputs or name in self.constants:
             raise PlanError(f"input '{name}' is declared twice")
         columns = column_names(schema, f"input '{name}'")
         node = ir.Input(name, schema, _input_key(name, key, columns),
                         _flag(name, strict) or self.strict)
         self.inputs[name] = node
         return Collection(self, node)
+
+    def constant(self, schema: str, rows) -> "Collection":
+        """Fixed records (tuples in `schema`'s column order), present from time 0 on; the
+        runner feeds them itself. Equal constants are one node."""
+        columns = column_names(schema, "constant")
+        rows = tuple(tuple(r) for r in rows)
+        if any(len(r) != len(columns) for r in rows):
+            raise PlanError(f"constant: every row has {len(columns)} values ({schema})")
+        for node in self.constants.values():
+            if (node.schema, node.rows) == (schema, rows):
+                return Collection(self, node)
+        name = f"_constant{len(self.constants)}"
+        while name in self.inputs:
+            name = "_" + name
+        self.constants[name] = ir.Constant(name, schema, rows=rows)
+        return Collection(self, self.constants[name])
 
     def output(self, name: str, collection: "Collection") -> None:
         if not isinstance(collection, Collection) or collection.flow is not self:
@@ -88,7 +105,7 @@ class Dataflow:
             if not isinstance(c, Collection) or c.flow is not self:
                 raise PlanError(f"sql: {name}= must be a Collection of this Dataflow")
         tables = {n.lower(): Collection(self, node) for n, node in self.inputs.items()}
-        return Collection(self, sql_view(text, {**tables, **{n.lower(): c for n, c in
+        return Collection(self, sql_view(self, text, {**tables, **{n.lower(): c for n, c in
                                                               collections.items()}}).node)
 
     def _naive(self, q: cq.Query, order, nodes: dict) -> "Collection":

@@ -149,6 +149,23 @@ class Input(Node):
 
 
 @dataclass(frozen=True)
+class Constant(Input):
+    """Fixed records at time 0, an input the runner feeds itself (in the step that holds
+    time 0): SQL makes a row from no rows with it (a global aggregate over an empty table).
+    Every layer that reads inputs reads it as one."""
+
+    rows: tuple[tuple, ...] = ()
+
+    def label(self):
+        return f"Constant {self.name} ({self.schema}) {list(self.rows)}"
+
+
+def constants(roots) -> dict[str, "Constant"]:
+    """The plan's constants by name."""
+    return {n.name: n for n in topological(roots) if isinstance(n, Constant)}
+
+
+@dataclass(frozen=True)
 class Linear(Node):
     """A fused chain of join_function stages over one input."""
 

@@ -73,6 +73,9 @@ class Interpreter:
     def _Input(self, n: ir.Input):
         return n.schema, [(tuple(r), t, d) for r, t, d in self.inputs.get(n.name, [])]
 
+    def _Constant(self, n: ir.Constant):
+        return n.schema, [(tuple(r), 0, 1) for r in n.rows]
+
     def _Concat(self, n: ir.Concat):
         parts = [self.eval(c) for c in n.inputs]
         return parts[0][0], [u for _, ups in parts for u in ups]

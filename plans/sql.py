@@ -66,9 +66,11 @@ class Rel:
 
 
 class Lowering:
-    """One statement's translation; `relations` maps lower-case names to Collections."""
+    """One statement's translation; `relations` maps lower-case names to Collections of
+    `flow`."""
 
-    def __init__(self, relations: dict):
+    def __init__(self, flow, relations: dict):
+        self.flow = flow
         self.relations = dict(relations)
         self.n = 0
         self.used: set = set()  # ids of WHERE conjuncts already applied
@@ -148,7 +150,7 @@ class Lowering:
         aggs = [a for e in q.expressions for a in _aggregates(e)]
         having = q.args.get("having")
         if group is not None or aggs or having is not None:
-            rel, items, _ = self._aggregate(q, rel, group, having)
+            rel, items = self._aggregate(q, rel, group, having)
         else:
             items = self._items(q, rel)
         names = [name for name, _ in items]
@@ -394,8 +396,7 @@ class Lowering:
 
     def _scalar_filter(self, rel: Rel, c, ctes) -> Rel:
         """A condition on one uncorrelated scalar subquery, an aggregate without GROUP BY:
-        over the rows joined to its value (one row, on a constant) while its input has rows,
-        else over its value on an empty input (count 0, others NULL)."""
+        over the rows joined to its value (always one row, on a constant)."""
         subs = list(_scalar_subqueries(c))
         if len(subs) > 1:
             raise refuse(f"condition {_text(c)} with {len(subs)} scalar subqueries",
@@ -411,20 +412,16 @@ class Lowering:
         if not isinstance(q.expressions[0], exp.Alias):  # a value needs no name
             q = q.copy()
             q.set("expressions", [exp.alias_(q.expressions[0], "value")])
-        agg, items, empty = self._aggregate(q, inside, None, None, scalar=True)
+        agg, items = self._aggregate(q, inside, None, None)
         (text, t), = [item for _, item in items]
         v, one = self.fresh("scalar"), self.fresh("one")
         cols = [f"`{col.internal}`" for col in rel.cols]
-        base = rel.coll.map(*cols, f"1 AS `{one}`")
         value = agg.coll.map(f"1 AS `{one}`", f"{text} AS `{v}`")
-        joined = Rel(base.join(value, on=[one]), rel.cols + [Col(v, None, v, t)])
+        joined = Rel(rel.coll.map(*cols, f"1 AS `{one}`").join(value, on=[one]),
+                     rel.cols + [Col(v, None, v, t)])
         cond = c.copy().transform(lambda n: exp.column(v, quoted=True)
                                   if n == subs[0] else n)
-        kept = joined.coll.filter(self._expr(cond, joined, "WHERE"))
-        at_empty = c.copy().transform(lambda n: exp.Paren(this=sqlglot.parse_one(
-            empty[0], read="spark")) if n == subs[0] else n)
-        none = base.antijoin(value, on=[one]).filter(self._expr(at_empty, rel, "WHERE"))
-        return Rel(kept.map(*cols).concat(none.map(*cols)), rel.cols)
+        return Rel(joined.coll.filter(self._expr(cond, joined, "WHERE")).map(*cols), rel.cols)
 
     def _in(self, rel: Rel, c: exp.In, ctes) -> Rel:
         """x IN (SELECT y ...): a semijoin on x = y (a null x or y matches nothing)."""
@@ -521,12 +518,11 @@ class Lowering:
         return out
 
     # ------------------------------------------------------------------ GROUP BY
-    def _aggregate(self, q: exp.Select, rel: Rel, group, having, scalar: bool = False):
+    def _aggregate(self, q: exp.Select, rel: Rel, group, having):
         """GROUP BY: every aggregate computed per group by the reduce family, joined on a
         non-null key of the group (JSON of its columns: a null group column matches), then
-        HAVING, then the SELECT list over group columns and aggregates. Also returns each
-        item's text over an empty input (counts 0, other aggregates NULL): without GROUP
-        BY (only as a `scalar` subquery) SQL's one row when there are no rows."""
+        HAVING, then the SELECT list over group columns and aggregates. Without GROUP BY,
+        one group that always exists (_phantom): SQL's one row, even over no rows."""
         items = [_named(e) for e in q.expressions]
         if any(isinstance(b, exp.Star) for _, b in items):
             raise refuse("SELECT * with GROUP BY or aggregates")
@@ -538,13 +534,12 @@ class Lowering:
         if group is not None and (group.args.get("rollup") or group.args.get("cube")
                                   or group.args.get("grouping_sets")):
             raise refuse("ROLLUP, CUBE and GROUPING SETS")
-        if not group_exprs and not scalar:
-            raise refuse("an aggregate without GROUP BY", "over no rows SQL gives one row, "
-                         "which a view of changes cannot make from no records; add GROUP BY "
-                         "(as a scalar subquery it is supported)")
-        types = rel.types()
         exprs = [_resolved(b, rel) for _, b in items]
         cond = _resolved(having.this, rel) if having is not None else None
+        phantom = None
+        if not group_exprs:
+            rel, phantom = self._phantom(rel, exprs + [cond])
+        types = rel.types()
         aggs: list = []
         for e in exprs + ([cond] if cond is not None else []):
             for a in e.find_all(*AGGREGATES):
@@ -559,13 +554,14 @@ class Lowering:
         base = rel.coll.map(*(f"{_text(self._checked(g, 'GROUP BY'))} AS `{n}`"
                               for g, n in zip(group_exprs, gnames)),
                             *(f"`{c.internal}`" for c in rel.cols),
+                            *([f"`{phantom}`"] if phantom else []),
                             f"to_json(struct({', '.join(f'`{n}`' for n in gnames)})) AS `{key}`"
                             if gnames else f"'' AS `{key}`")
         names, outs = [], []
         for i, a in enumerate(aggs):
             by = [key] + (gnames if i == 0 else [])
             name = self.fresh("agg")
-            outs.append(self._one_aggregate(base, a, by, name, types))
+            outs.append(self._one_aggregate(base, a, by, name, types, phantom))
             names.append(name)
         if not aggs:
             result = base.map(f"`{key}`", *(f"`{n}`" for n in gnames)).distinct()
@@ -575,15 +571,12 @@ class Lowering:
                 result = result.join(o, on=[key])
         cols = [Col(n, None, n, t) for n, t in zip(gnames, gtypes)]
 
-        def over_groups(e, empty=False):
+        def over_groups(e):
             e = e.copy()
             mapping = [(a, n) for a, n in zip(aggs, names)] + list(zip(group_exprs, gnames))
 
             def swap(node):
                 for src, n in mapping:
-                    if node == src and empty:
-                        return exp.Literal.number(0) if isinstance(node, exp.Count) else \
-                            exp.Null()
                     if node == src:
                         return exp.column(n, quoted=True)
                 return node
@@ -603,19 +596,40 @@ class Lowering:
             e = over_groups(e)
             out.append((name, (_text(self._checked(e, "SELECT")),
                                expression_type(e, {k.lower(): v for k, v in all_types.items()}))))
-        empty = [_text(over_groups(e, empty=True)) for e in exprs] if not gnames else None
-        return Rel(result, cols), out, empty
+        return Rel(result, cols), out
 
-    def _one_aggregate(self, base, a, by, name, types):
-        """One aggregate per group: columns `by` + `name`."""
+    def _phantom(self, rel: Rel, exprs) -> tuple[Rel, str]:
+        """A global aggregate's input, narrowed to the columns `exprs` read, plus one row of
+        typed NULLs flagged true in a new column (from a constant, at time 0): the one group
+        then exists even over no rows, and as every aggregate skips the flagged row
+        (_one_aggregate), over no rows it gives SQL's answer: count 0, the others NULL."""
+        used = {c.name for e in exprs if e is not None for c in e.find_all(exp.Column)}
+        cols = [c for c in rel.cols if c.internal in used]
+        untyped = [c for c in cols if c.type is None]
+        if untyped:
+            raise refuse(f"an aggregate without GROUP BY over column '{untyped[0].name}' of "
+                         "a type unknown when the plan is built", "CAST it where it is "
+                         "computed (its NULL over no rows needs the type)")
+        flag = self.fresh("phantom")
+        rows = rel.coll.map(*(f"`{c.internal}`" for c in cols), f"false AS `{flag}`")
+        nulls = self.flow.constant("one INT", [(1,)]).map(
+            *(f"CAST(NULL AS {c.type}) AS `{c.internal}`" for c in cols), f"true AS `{flag}`")
+        return Rel(rows.concat(nulls), cols), flag
+
+    def _one_aggregate(self, base, a, by, name, types, phantom=None):
+        """One aggregate per group: columns `by` + `name`; a `phantom` row (a column true
+        there) counts nowhere and gives NULL to the others."""
         keep = [f"`{b}`" for b in by]
         distinct = isinstance(a.this, exp.Distinct)
         arg = a.this.expressions[0] if distinct else a.this
         if distinct and (len(a.this.expressions) != 1 or not isinstance(a, (exp.Count, exp.Sum))):
             raise refuse(f"aggregate {_text(a)}", "DISTINCT in count or sum of one column")
-        if isinstance(a, exp.Count) and (arg is None or isinstance(arg, exp.Star)):
+        star = isinstance(a, exp.Count) and (arg is None or isinstance(arg, exp.Star))
+        if star and phantom is None:
             return base.map(*keep).count(by=by).map(*keep, f"`count` AS `{name}`")
-        x = _text(self._checked(arg, "an aggregate"))
+        x = "1" if star else _text(self._checked(arg, "an aggregate"))
+        if phantom is not None:
+            x = f"CASE WHEN `{phantom}` THEN NULL ELSE {x} END"
         values = base.map(*keep, f"{x} AS `{name}`")
         if distinct:
             values = values.distinct()
@@ -718,13 +732,13 @@ def parse(text: str) -> list:
                         f"{first.get('col', '?')}: {first.get('description', e)}") from None
 
 
-def view(text: str, relations: dict):
-    """flow.sql: one query over `relations` (lower-case name -> Collection)."""
+def view(flow, text: str, relations: dict):
+    """flow.sql: one query over `relations` (lower-case name -> Collection of `flow`)."""
     statements = parse(text)
     if len(statements) != 1:
         raise PlanError(f"sql: expected one query, got {len(statements)} statements "
                         f"(rule: a .sql plan file holds several)")
-    return Lowering(relations).query(_checked_statement(statements[0])).coll
+    return Lowering(flow, relations).query(_checked_statement(statements[0])).coll
 
 
 def _row_number(w) -> bool:
@@ -787,7 +801,7 @@ def script(flow, text: str) -> None:
         name = s.this.name
         if name.lower() in tables:
             raise PlanError(f"sql: '{name}' is declared twice")
-        coll = Lowering(tables).query(_checked_statement(s.expression)).coll
+        coll = Lowering(flow, tables).query(_checked_statement(s.expression)).coll
         tables[name.lower()] = coll
         props = s.args.get("properties")
         if props is not None and any(isinstance(p, exp.MaterializedProperty)

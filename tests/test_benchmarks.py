@@ -196,3 +196,20 @@ def test_relational_benchmark_smoke(tmp_path):
     assert payload["summary"]["steps_on_driver"] == 2
     assert len(payload["results"]["duckdb"]["digests"]) == 3
     assert "median step ms" in relational.report(payload)
+
+
+@pytest.mark.slow
+def test_tpch_benchmark_smoke(tmp_path):
+    """Two TPC-H views at a tiny scale agree with DuckDB recomputing them after every refresh
+    step (the benchmark fails otherwise), and the JSON names the refused queries."""
+    pytest.importorskip("duckdb")
+    from benchmarks import tpch
+
+    out = tmp_path / "tpch.json"
+    payload = tpch.main(["--scale", "0.01", "--steps", "1", "--queries", "q06,q13",
+                         "--peers", "duckdb", "--data", str(tmp_path), "--conf",
+                         "diffspark.partitions=2", "--conf", "spark.master=local[2]",
+                         "--out", str(out)])
+    assert payload["correct"] and set(payload["queries"]) == {"q06", "q13"}
+    assert payload["queries"]["q13"]["duckdb_equal"] and "q17" in payload["refused"]
+    assert "median refresh ms" in tpch.report(payload)

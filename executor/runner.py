@@ -68,6 +68,7 @@ class StepResult:
             return self.changes.tables[name]
         return self.changes[name].toArrow()
 
+
 class Frames(Mapping):
     """A driver step's changes per output, held as Arrow; each becomes a (local) Spark
     frame only when asked for."""

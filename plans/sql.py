@@ -673,6 +673,32 @@ def _conjuncts(e) -> list:
         e = e.this
     if isinstance(e, exp.And):
         return _conjuncts(e.this) + _conjuncts(e.expression)
+    if isinstance(e, exp.Or):
+        return _factored(e)
+    return [e]
+
+
+def _factored(e: exp.Or) -> list:
+    """(A AND B) OR (A AND C) as A AND (B OR C), exact in SQL's three-valued logic too: a
+    condition every branch shares is a conjunct of the whole, so a join key written in each
+    branch (TPC-H Q19) joins instead of making a cross join. A's nodes are the first
+    branch's own, so a join that uses one is known by identity."""
+    branches = _disjuncts(e)
+    terms = [_conjuncts(b) for b in branches]
+    common = [c for c in terms[0] if all(any(c == x for x in t) for t in terms[1:])]
+    if not common:
+        return [e]
+    rest = [[x for x in t if not any(x == c for c in common)] for t in terms]
+    if any(not r for r in rest):  # A OR (A AND C) is A
+        return common
+    return common + [exp.Paren(this=exp.or_(*(exp.and_(*r) for r in rest)))]
+
+
+def _disjuncts(e) -> list:
+    while isinstance(e, exp.Paren):
+        e = e.this
+    if isinstance(e, exp.Or):
+        return _disjuncts(e.this) + _disjuncts(e.expression)
     return [e]
 
 

@@ -29,6 +29,8 @@ QUERIES = {
     "right_join": "SELECT u.k AS uk, x, s FROM t RIGHT JOIN u ON t.k = u.k AND t.x > 0",
     "full_join": "SELECT t.k AS tk, u.k AS uk, d, s FROM t FULL OUTER JOIN u ON u.k = t.k",
     "comma_join": "SELECT g, s FROM t, u WHERE t.k = u.k AND s <> 'b'",
+    "or_shared_join_key": """SELECT t.k, x, y FROM t, u WHERE (t.k = u.k AND x > 0)
+                             OR (u.k = t.k AND y < 1 AND t.k = u.k) OR (t.k = u.k AND g IS NULL)""",
     "group_by": """SELECT g, count(*) AS n, count(x) AS nx, sum(x) AS sx, min(x) AS mn,
                    max(d) AS mx, avg(x) AS ax, avg(d) AS ad, sum(d) AS sd,
                    count(DISTINCT x) AS dx FROM t GROUP BY g""",

@@ -1,5 +1,5 @@
 # diffspark: `make test` is the test command (CI runs it through .ci/run, with the slow tests
-# marked `ci`: make test PYTEST_MARK="not slow or ci").
+# too: make test PYTEST_MARK="slow or not slow").
 # Needs Python 3.11 and Java 17 (CPU machines; GPU clusters use environment.yml).
 
 PYTHON ?= python3

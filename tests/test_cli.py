@@ -134,9 +134,9 @@ def assert_ok(done: subprocess.CompletedProcess):
 
 # ---------------------------------------------------------------------------- runs with Spark
 @pytest.mark.parametrize("steps, fmt", [
-    pytest.param(1, "parquet", marks=[pytest.mark.slow, pytest.mark.ci]),
+    pytest.param(1, "parquet", marks=pytest.mark.slow),
     (2, "csv"),
-    pytest.param(5, "folder", marks=[pytest.mark.slow, pytest.mark.ci])])
+    pytest.param(5, "folder", marks=pytest.mark.slow)])
 def test_run_steps_give_the_definitional_output(tmp_path, steps, fmt):
     """--steps 1, 2 and 5 (with the events as a Parquet file, a CSV file and a folder of
     Parquet files, and the history as CSV without time/diff) all write the same changes,
@@ -161,7 +161,6 @@ def test_run_steps_give_the_definitional_output(tmp_path, steps, fmt):
 
 
 @pytest.mark.slow
-@pytest.mark.ci
 def test_run_upto_leaves_inputs_open(tmp_path):
     """--upto 6 feeds times < 6 only, does not close, writes the changes at times < 6; an
     input without --input is empty (with a note)."""
@@ -328,7 +327,6 @@ def test_csv_option_reads_another_dialect(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.ci
 def test_durable_run_stays_open_until_close(tmp_path):
     """`run --state` leaves the state open (no close line, manifest not closed); the same run
     again with --close repeats the committed step and closes; a later run with a new step is

@@ -121,7 +121,6 @@ def start(tmp: Path, idle: float):
 
 
 @pytest.mark.slow
-@pytest.mark.ci
 def test_follow_killed_and_restarted_writes_each_change_once(spark, tmp_path):
     """A follow process fed files while it runs is SIGKILLed at a random moment after some
     steps, restarted, fed the rest, stopped by SIGTERM (finishing its step), restarted

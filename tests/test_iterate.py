@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import outputs_rows, run_against_reference, updates_df
+from conftest import examples, outputs_rows, run_against_reference, updates_df
 from executor import PlanError, Runner
 from executor.errors import StepError
 from plans import Dataflow
@@ -120,7 +120,6 @@ def test_bfs_equals_recomputation_at_ten_times(spark, conf, placement):
 
 
 @pytest.mark.slow
-@pytest.mark.ci
 def test_reach_bfs_components_equal_recomputation_over_ten_steps(spark, conf):
     """All three iterates, reading one arranged edges trace."""
     stream = random_stream(random.Random(7), steps=10, nodes=9, start_edges=12)
@@ -296,7 +295,7 @@ def test_graph_stream_three_ways_with_a_placement_switch(spark, conf):
 
 
 @pytest.mark.slow
-@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(2, 1), deadline=None, suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 10**6))
 def test_graph_streams_three_ways(spark, conf, seed):
     """reach, bfs and components: driver, Spark and switching placements, each against the

@@ -404,7 +404,6 @@ def test_two_atom_joins_stay_joins_and_computed_atoms_are_relations():
 
 
 @pytest.mark.slow
-@pytest.mark.ci
 def test_derived_triangles_run_on_spark(spark, conf):
     ups = [((1, 2), 0, 1), ((2, 3), 0, 1), ((1, 3), 1, 1), ((3, 4), 1, 1), ((2, 4), 2, 1),
            ((1, 3), 3, -1)]

@@ -35,8 +35,7 @@ def spark_joins(frames):
     return {how: frames["a"].join(frames["b"], on=["k"], how=how) for how in HOWS}
 
 
-@pytest.mark.parametrize("placement", ["driver", pytest.param("spark", marks=[
-    pytest.mark.slow, pytest.mark.ci])])
+@pytest.mark.parametrize("placement", ["driver", pytest.param("spark", marks=pytest.mark.slow)])
 @settings(max_examples=examples(2, 4), deadline=None, suppress_health_check=list(HealthCheck))
 @given(a=lifetimes(left_rec), b=lifetimes(right_rec), cut_list=cuts)
 def test_outer_joins_match_spark_batch_and_reference(spark, conf, placement, a, b, cut_list):

@@ -209,7 +209,6 @@ def _sql_plan_inputs(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.ci
 def test_sql_plan_file_runs_from_the_command_line(tmp_path):
     from collections import Counter
 

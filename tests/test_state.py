@@ -118,7 +118,7 @@ CRASHES = {  # cuts, crash points (POINT@STEP; the close is the last step), comm
 
 
 @pytest.mark.parametrize("case", [
-    "default", pytest.param("every point", marks=[pytest.mark.slow, pytest.mark.ci])])
+    "default", pytest.param("every point", marks=pytest.mark.slow)])
 def test_dies_at_commit_points_and_resumes(spark, conf, tmp_path, monkeypatch, case):
     """The driver dies (in-process stand-in for SIGKILL) at points of the commit protocol in
     turn, on different steps; each time a new runner resumes from the directory and repeats

@@ -395,8 +395,12 @@ class Lowering:
         return rel
 
     def _scalar_filter(self, rel: Rel, c, ctes) -> Rel:
-        """A condition on one uncorrelated scalar subquery, an aggregate without GROUP BY:
-        over the rows joined to its value (always one row, on a constant)."""
+        """A condition on one scalar subquery, an aggregate without GROUP BY: over the rows
+        joined to its value. Uncorrelated, the value is one row (on a constant). Correlated
+        by equalities outer = inner, the subquery is grouped by its inner sides and joined
+        on them (decorrelated, as TPC-H Q2, Q17 and Q20 need); exact where SQL's value over
+        no correlated rows is NULL and the condition a comparison with it, which a NULL
+        makes unknown: rows without a group drop out of both."""
         subs = list(_scalar_subqueries(c))
         if len(subs) > 1:
             raise refuse(f"condition {_text(c)} with {len(subs)} scalar subqueries",
@@ -407,18 +411,41 @@ class Lowering:
             raise refuse(f"scalar subquery {_text(subs[0])}", "a scalar subquery is one "
                          "aggregate without GROUP BY or HAVING")
         inside = self._from(q, ctes)
-        if q.args.get("where") is not None:
-            inside = self._where(inside, q.args["where"].this, ctes)
+        where = q.args.get("where")
+        conjuncts = _conjuncts(where.this) if where is not None else []
+        keys = {id(k): pair for k in conjuncts if id(k) not in self.used
+                for pair in [self._key_pair(k, rel, inside)]
+                if pair and not self._within(k, inside)}
+        for k in conjuncts:
+            if id(k) in keys or id(k) in self.used:
+                continue
+            if any(inside.resolve(col) is None and rel.resolve(col) is not None
+                   for col in k.find_all(exp.Column) if not _in_subquery(col, k)):
+                raise refuse(f"correlated predicate {_text(k)} in a scalar subquery",
+                             "correlate by equalities outer = inner")
+            inside = self._where(inside, k, ctes)
         if not isinstance(q.expressions[0], exp.Alias):  # a value needs no name
             q = q.copy()
             q.set("expressions", [exp.alias_(q.expressions[0], "value")])
-        agg, items = self._aggregate(q, inside, None, None)
+        v, cols = self.fresh("scalar"), [f"`{col.internal}`" for col in rel.cols]
+        if keys:
+            _null_over_no_rows(subs[0], q.expressions[0], c)
+            pairs = list(keys.values())
+            for a, b in pairs:
+                self._same_types(a, rel, b, inside)
+            agg, items = self._aggregate(q, inside, exp.Group(expressions=[
+                b.copy() for _, b in pairs]), None)
+            names = [self.fresh("corr") for _ in pairs]
+            outer = self._keyed(rel, [a for a, _ in pairs], names)
+        else:
+            agg, items = self._aggregate(q, inside, None, None)
+            names = [self.fresh("one")]
+            outer = rel.coll.map(*cols, f"1 AS `{names[0]}`")
         (text, t), = [item for _, item in items]
-        v, one = self.fresh("scalar"), self.fresh("one")
-        cols = [f"`{col.internal}`" for col in rel.cols]
-        value = agg.coll.map(f"1 AS `{one}`", f"{text} AS `{v}`")
-        joined = Rel(rel.coll.map(*cols, f"1 AS `{one}`").join(value, on=[one]),
-                     rel.cols + [Col(v, None, v, t)])
+        groups = [f"`{g.internal}` AS `{n}`" for g, n in zip(agg.cols, names)] if keys \
+            else [f"1 AS `{names[0]}`"]
+        value = agg.coll.map(*groups, f"{text} AS `{v}`")
+        joined = Rel(outer.join(value, on=names), rel.cols + [Col(v, None, v, t)])
         cond = c.copy().transform(lambda n: exp.column(v, quoted=True)
                                   if n == subs[0] else n)
         return Rel(joined.coll.filter(self._expr(cond, joined, "WHERE")).map(*cols), rel.cols)
@@ -700,6 +727,38 @@ def _disjuncts(e) -> list:
     if isinstance(e, exp.Or):
         return _disjuncts(e.this) + _disjuncts(e.expression)
     return [e]
+
+
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+# what a correlated scalar subquery's value may be made of: NULL over no rows, as the join
+# that decorrelates it gives (count is 0 there: the "count bug")
+_NULL_OVER_NO_ROWS = (exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Column, exp.Identifier,
+                      exp.Literal, exp.Paren, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg,
+                      exp.Cast, exp.DataType, exp.DataTypeParam, exp.Alias)
+
+
+def _null_over_no_rows(sub, item, cond) -> None:
+    """Refuse a correlated scalar subquery whose decorrelation would not be exact."""
+    odd = [n for n in item.walk() if not isinstance(n, _NULL_OVER_NO_ROWS)]
+    if odd:
+        raise refuse(f"correlated scalar subquery {_text(sub)}", "its value must be NULL "
+                     "where no row correlates: sum, avg, min or max, and arithmetic on them")
+    bare = cond.this if isinstance(cond, exp.Paren) else cond
+    operands = [o.this if isinstance(o, exp.Paren) else o
+                for o in (getattr(bare, "this", None), getattr(bare, "expression", None))]
+    if not isinstance(bare, _COMPARISONS) or not any(o is sub for o in operands):
+        raise refuse(f"condition {_text(cond)} on a correlated scalar subquery",
+                     "compare a column or expression with it (=, <>, <, <=, >, >=)")
+
+
+def _in_subquery(node, top) -> bool:
+    """Whether `node` sits in a subquery nested in `top` (its own scope)."""
+    p = node.parent
+    while p is not None and p is not top:
+        if isinstance(p, (exp.Subquery, exp.Exists)) or isinstance(p, exp.Select):
+            return True
+        p = p.parent
+    return False
 
 
 def _aggregates(e) -> list:

@@ -29,6 +29,10 @@ QUERIES = {
     "right_join": "SELECT u.k AS uk, x, s FROM t RIGHT JOIN u ON t.k = u.k AND t.x > 0",
     "full_join": "SELECT t.k AS tk, u.k AS uk, d, s FROM t FULL OUTER JOIN u ON u.k = t.k",
     "comma_join": "SELECT g, s FROM t, u WHERE t.k = u.k AND s <> 'b'",
+    "correlated_scalar": """SELECT t.k, x, d FROM t
+                            WHERE x > (SELECT avg(y) FROM u WHERE u.k = t.k)""",
+    "correlated_scalar_filtered": """SELECT g, x FROM t WHERE x <= (SELECT 2 * max(y) - 1
+                                     FROM u WHERE t.k = u.k AND s = 'a')""",
     "or_shared_join_key": """SELECT t.k, x, y FROM t, u WHERE (t.k = u.k AND x > 0)
                              OR (u.k = t.k AND y < 1 AND t.k = u.k) OR (t.k = u.k AND g IS NULL)""",
     "group_by": """SELECT g, count(*) AS n, count(x) AS nx, sum(x) AS sx, min(x) AS mn,
@@ -148,7 +152,12 @@ def test_collections_by_keyword_and_sql_over_sql():
     ("SELECT k, rn FROM (SELECT k, row_number() OVER (ORDER BY x) AS rn FROM t) AS s "
      "WHERE rn <= 2", "used other than once"),
     ("SELECT k FROM t WHERE x > (SELECT y FROM u)", "scalar subquery"),
-    ("SELECT k FROM t WHERE x > (SELECT max(y) FROM u WHERE u.k = t.k)", "unknown column"),
+    ("SELECT g FROM t WHERE x > (SELECT count(*) FROM u WHERE u.k = t.k)",
+     "its value must be NULL where no row correlates"),
+    ("SELECT g FROM t WHERE coalesce((SELECT max(y) FROM u WHERE u.k = t.k), 0) < x",
+     "compare a column or expression with it"),
+    ("SELECT g FROM t WHERE x > (SELECT max(y) FROM u WHERE u.k < t.k)",
+     "correlated predicate u.k < t.k in a scalar subquery"),
     ("SELECT k + 1 FROM t", "needs a name"),
     ("SELECT nope FROM t", "unknown column 'nope'"),
     ("SELECT k FROM nowhere", "unknown table 'nowhere'"),

@@ -17,11 +17,8 @@ from plans import Dataflow
 
 SCALE = 0.01
 REFUSED = {  # query -> what its PlanError says (README "SQL views" lists the reasons)
-    "q02": "unknown column 'p_partkey'",         # correlated scalar subquery
     "q11": "subquery .* here is not supported",  # scalar subquery in HAVING
     "q15": "over column 'total_revenue' of a type unknown",  # max over a computed sum
-    "q17": "unknown column 'p_partkey'",         # correlated scalar subquery
-    "q20": "unknown column 'ps_partkey'",        # correlated scalar subquery
     "q21": "correlated predicate l2.l_suppkey <> l1.l_suppkey in EXISTS",
 }
 

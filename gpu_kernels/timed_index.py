@@ -94,20 +94,21 @@ def key_ranks(xp, index, lo):
     return xp.searchsorted(index.csr.offsets, lo, side="right") - 1
 
 
-def _codes(xp, index, lo, hi, value, rank):
-    """(inside, code): whether each query's (key, value) can be in the index, and its
-    packed code (-1 where it cannot)."""
+def _codes(xp, index, base, value, present=None):
+    """(inside, code): whether each query's (key, value) can be in the packed index (its
+    value in range, and where `present` is given, its key there), and its code, the key's
+    base (_base) plus the value (-1 where it cannot be in)."""
     low, span = index.pack
-    rank = key_ranks(xp, index, lo) if rank is None else rank
-    inside = xp.logical_and(xp.logical_and(value >= low, value <= low + (span - 1)), hi > lo)
-    safe = xp.where(inside, value, xp.full_like(value, low))
-    return inside, xp.where(inside, rank * span + (safe - low), xp.full_like(value, -1))
+    inside = xp.logical_and(value >= low, value <= low + (span - 1))
+    inside = inside if present is None else xp.logical_and(inside, present)
+    return inside, xp.where(inside, base + value, xp.full_like(value, -1))
 
 
 def _pair_range(xp, index, lo, hi, value, rank=None):
     """The rows [first, last) of each query's (key, value) pair (empty: first = last), by
     searchsorted over the packed codes."""
-    inside, code = _codes(xp, index, lo, hi, value, rank)
+    rank = key_ranks(xp, index, lo) if rank is None else rank
+    inside, code = _codes(xp, index, _base(xp, index, rank), value, hi > lo)
     first = xp.where(inside, xp.searchsorted(index.codes, code, side="left"), lo)
     last = xp.where(inside, xp.searchsorted(index.codes, code, side="right"), lo)
     return first, last
@@ -128,10 +129,7 @@ def _base(xp, index, rank):
 def _settled_lookup(xp, index, base, value, present=None):
     """The diff of each (key, value) in a settled packed index, 0 where absent; `base` is
     the key's (_base), `present` whether the index has the key (None: all do)."""
-    low, span = index.pack
-    inside = xp.logical_and(value >= low, value <= low + (span - 1))
-    inside = inside if present is None else xp.logical_and(inside, present)
-    code = xp.where(inside, base + value, xp.full_like(value, -1))
+    _, code = _codes(xp, index, base, value, present)
     n = index.codes.shape[0]
     at = xp.minimum(xp.searchsorted(index.codes, code, side="left"),
                     xp.asarray(n - 1, dtype=xp.int64))

@@ -89,7 +89,7 @@ def _updates(records):
                               st.sampled_from([-1, 1, 1, 2])), max_size=14)
 
 
-@settings(max_examples=examples(3, 5), deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(3, 3), deadline=None, suppress_health_check=list(HealthCheck))
 @given(orders=_updates(order), customers=_updates(customer),
        cuts=st.sets(st.integers(1, HORIZON - 1), max_size=3).map(
            lambda s: sorted(s) + [HORIZON]))

@@ -57,7 +57,7 @@ event = st.tuples(st.tuples(st.integers(0, 3), st.sampled_from(["a", "é", None]
                   times, st.sampled_from([-1, 1, 2]))
 
 
-@settings(max_examples=examples(1, 4), deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(1, 2), deadline=None, suppress_health_check=list(HealthCheck))
 @given(edges=st.lists(edge, min_size=1, max_size=10), roots=st.lists(root, min_size=1, max_size=3),
        events=st.lists(event, max_size=8),
        cuts=st.sets(st.integers(1, HORIZON - 1), min_size=1, max_size=2), data=st.data())

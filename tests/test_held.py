@@ -67,7 +67,7 @@ def _check(flow, runners: dict, expected: dict, upto):
             assert got[name] == want, (label, name, upto)
 
 
-@settings(max_examples=examples(2, 4), deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(2, 3), deadline=None, suppress_health_check=list(HealthCheck))
 @given(updates=st.lists(update, max_size=14), cuts=cuts, data=st.data())
 def test_held_updates_three_ways(spark, conf, updates, cuts, data):
     """The driver placement (every step and close on the driver), the Spark placement and a

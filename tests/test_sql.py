@@ -88,7 +88,7 @@ def spark_sql(spark, queries):
     return batch
 
 
-@settings(max_examples=examples(1, 4), deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(1, 2), deadline=None, suppress_health_check=list(HealthCheck))
 @given(t=lifetimes(t_rec), u=lifetimes(u_rec), cut_list=cuts)
 def test_sql_views_match_spark_sql_and_reference(spark, conf, t, u, cut_list):
     check_steps(spark, conf, sql_flow(QUERIES), {"t": (T, t), "u": (U, u)}, cut_list,

@@ -52,7 +52,7 @@ updates = st.lists(st.tuples(record, st.integers(0, HORIZON - 1),
 cuts = st.sets(st.integers(1, HORIZON - 1), max_size=4).map(lambda s: sorted(s) + [HORIZON])
 
 
-@settings(max_examples=examples(3, 6), deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(3, 4), deadline=None, suppress_health_check=list(HealthCheck))
 @given(k=st.integers(1, 4), stream=updates, cuts=cuts)
 def test_top_k_on_the_driver_matches_reference_and_spark(spark, conf, k, stream, cuts):
     assert all(three_ways(spark, conf, top_k_flow(k), S, stream, cuts))

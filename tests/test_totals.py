@@ -49,7 +49,7 @@ updates = st.lists(st.tuples(record, st.integers(0, HORIZON - 1), st.sampled_fro
 cuts = st.sets(st.integers(1, HORIZON - 1), max_size=3).map(lambda s: sorted(s) + [HORIZON])
 
 
-@settings(max_examples=examples(3, 5), deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(3, 3), deadline=None, suppress_health_check=list(HealthCheck))
 @given(stream=updates, cuts=cuts)
 def test_sums_and_counts_as_totals_match_reference_and_spark(spark, conf, stream, cuts):
     assert all(three_ways(spark, conf, totals_flow(), S, stream, cuts))

@@ -53,9 +53,19 @@ PATHS = pytest.mark.parametrize(
 @pytest.mark.slow
 @settings(max_examples=examples(2, 3), deadline=None, suppress_health_check=list(HealthCheck))
 @given(edges=st.lists(edge, max_size=16), cuts=cuts)
-@PATHS
+@pytest.mark.parametrize("path", [{}, SPARK], ids=["host", "arrays"])
 def test_queries_match_reference(spark, conf, path, edges, cuts):
     run_against_reference(spark, conf | path, query_flow(), {"g": (G, edges)}, cuts)
+
+
+@pytest.mark.slow
+@settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck))
+@given(edges=st.lists(edge, min_size=10, max_size=16), cuts=cuts)
+def test_queries_match_reference_as_spark_sql(spark, conf, edges, cuts):
+    """The same on the Spark SQL rules: about 30 joins per query and step, 80 s an example
+    on two cores, so one example (at least ten edges, so every query has seeds)."""
+    run_against_reference(spark, conf | SPARK | {"diffspark.query.local_rows": "1"},
+                          query_flow(), {"g": (G, edges)}, cuts)
 
 
 @PATHS

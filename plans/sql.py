@@ -410,27 +410,13 @@ class Lowering:
                 len(q.expressions) != 1 or not _aggregates(q.expressions[0]):
             raise refuse(f"scalar subquery {_text(subs[0])}", "a scalar subquery is one "
                          "aggregate without GROUP BY or HAVING")
-        inside = self._from(q, ctes)
-        where = q.args.get("where")
-        conjuncts = _conjuncts(where.this) if where is not None else []
-        keys = {id(k): pair for k in conjuncts if id(k) not in self.used
-                for pair in [self._key_pair(k, rel, inside)]
-                if pair and not self._within(k, inside)}
-        for k in conjuncts:
-            if id(k) in keys or id(k) in self.used:
-                continue
-            if any(inside.resolve(col) is None and rel.resolve(col) is not None
-                   for col in k.find_all(exp.Column) if not _in_subquery(col, k)):
-                raise refuse(f"correlated predicate {_text(k)} in a scalar subquery",
-                             "correlate by equalities outer = inner")
-            inside = self._where(inside, k, ctes)
+        inside, pairs = self._correlated(rel, q, ctes, "a scalar subquery")
         if not isinstance(q.expressions[0], exp.Alias):  # a value needs no name
             q = q.copy()
             q.set("expressions", [exp.alias_(q.expressions[0], "value")])
         v, cols = self.fresh("scalar"), [f"`{col.internal}`" for col in rel.cols]
-        if keys:
+        if pairs:
             _null_over_no_rows(subs[0], q.expressions[0], c)
-            pairs = list(keys.values())
             for a, b in pairs:
                 self._same_types(a, rel, b, inside)
             agg, items = self._aggregate(q, inside, exp.Group(expressions=[
@@ -442,13 +428,33 @@ class Lowering:
             names = [self.fresh("one")]
             outer = rel.coll.map(*cols, f"1 AS `{names[0]}`")
         (text, t), = [item for _, item in items]
-        groups = [f"`{g.internal}` AS `{n}`" for g, n in zip(agg.cols, names)] if keys \
+        groups = [f"`{g.internal}` AS `{n}`" for g, n in zip(agg.cols, names)] if pairs \
             else [f"1 AS `{names[0]}`"]
         value = agg.coll.map(*groups, f"{text} AS `{v}`")
         joined = Rel(outer.join(value, on=names), rel.cols + [Col(v, None, v, t)])
         cond = c.copy().transform(lambda n: exp.column(v, quoted=True)
                                   if n == subs[0] else n)
         return Rel(joined.coll.filter(self._expr(cond, joined, "WHERE")).map(*cols), rel.cols)
+
+    def _correlated(self, rel: Rel, q: exp.Select, ctes, construct: str):
+        """(q's FROM filtered by its uncorrelated predicates, the (outer, inner) pairs of
+        its correlating equalities outer = inner); any other predicate that reads `rel`
+        (outside a nested subquery) is refused: only equalities decorrelate into a join."""
+        inside = self._from(q, ctes)
+        where = q.args.get("where")
+        conjuncts = [k for k in (_conjuncts(where.this) if where is not None else [])
+                     if id(k) not in self.used]
+        pairs = {id(k): pair for k in conjuncts for pair in [self._key_pair(k, rel, inside)]
+                 if pair and not self._within(k, inside)}
+        for k in conjuncts:
+            if id(k) in pairs:
+                continue
+            if any(inside.resolve(col) is None and rel.resolve(col) is not None
+                   for col in k.find_all(exp.Column) if not _in_subquery(col, k)):
+                raise refuse(f"correlated predicate {_text(k)} in {construct}",
+                             "correlate by equalities outer = inner")
+            inside = self._where(inside, k, ctes)
+        return inside, list(pairs.values())
 
     def _in(self, rel: Rel, c: exp.In, ctes) -> Rel:
         """x IN (SELECT y ...): a semijoin on x = y (a null x or y matches nothing)."""
@@ -491,18 +497,7 @@ class Lowering:
         if not isinstance(q, exp.Select) or any(q.args.get(k) for k in (
                 "group", "having", "limit", "order", "with_", "with")):
             raise refuse("EXISTS over anything but SELECT ... FROM ... WHERE")
-        inside = self._from(q, ctes)
-        where = q.args.get("where")
-        keys = []
-        for c in _conjuncts(where.this) if where is not None else []:
-            pair = self._key_pair(c, rel, inside)
-            if pair and not self._within(c, inside):
-                keys.append(pair)
-            elif self._within(c, inside) or not list(c.find_all(exp.Column)):
-                inside = self._where(inside, c, ctes)
-            else:
-                raise refuse(f"correlated predicate {_text(c)} in EXISTS",
-                             "correlate by equalities outer = inner")
+        inside, keys = self._correlated(rel, q, ctes, "EXISTS")
         if not keys:
             raise refuse("uncorrelated EXISTS", "it is a global condition")
         names = [self.fresh("ex") for _ in keys]

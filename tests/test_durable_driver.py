@@ -5,17 +5,13 @@ runner dies at a commit point, a new one resumes and repeats the driver from the
 step placed on the driver or on Spark as drawn. The outputs are the reference interpreter's."""
 from __future__ import annotations
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import examples, outputs_rows, updates_df
-from executor import Runner
-from executor import state as durable
-from executor.reference import reference
+from conftest import examples, updates_df
 from plans import Dataflow
 from plans.examples import graphs
-from test_state import POINTS, Crash, data_files, manifest
+from test_state import die_and_resume
 
 EDGE, ROOT = "src BIGINT, dst BIGINT", "node BIGINT"
 EV = "a BIGINT, tag STRING, lo BIGINT, hi BIGINT"
@@ -63,35 +59,14 @@ event = st.tuples(st.tuples(st.integers(0, 3), st.sampled_from(["a", "é", None]
        cuts=st.sets(st.integers(1, HORIZON - 1), min_size=1, max_size=2), data=st.data())
 def test_durable_iterate_and_held_updates_die_resume_and_switch_placement(
         spark, conf, tmp_path_factory, monkeypatch, edges, roots, events, cuts, data):
-    def die():
-        raise Crash()
-
     cuts = sorted(cuts) + [HORIZON]
     inputs = {"edges": (EDGE, edges), "roots": (ROOT, roots), "ev": (EV, events)}
-    at = data.draw(st.integers(1, len(cuts)), label="crash step")
-    point = data.draw(st.sampled_from(POINTS), label="crash point")
-    first, second = (data.draw(st.lists(st.booleans(), min_size=len(cuts) + 1,
-                                        max_size=len(cuts) + 1), label=label)
-                     for label in ("first run", "second run"))
-    where = str(tmp_path_factory.mktemp("state"))
-    monkeypatch.setattr(durable, "_die", die)
-    monkeypatch.setenv(durable.CRASH_ENV, f"{point}@{at}")
-    runner = Runner(flow(), conf=conf, spark=spark, state=where)
-    with pytest.raises(Crash):
-        feed(spark, runner, inputs, cuts, first)
-    assert runner.steps == at - 1
-    runner.release_state()
-    monkeypatch.delenv(durable.CRASH_ENV)
 
-    committed = at if point == "commit:after-rename" else at - 1
-    again = Runner(flow(), conf=conf, spark=spark, state=where)
-    assert again.steps == committed
-    results = feed(spark, again, inputs, cuts, second)
-    again._hosted = second[-1]
-    results.append(again.close())
+    def close(runner, placed):
+        runner._hosted = placed[-1]
+        return runner.close()
+    results, second = die_and_resume(
+        spark, conf, flow, inputs, cuts, str(tmp_path_factory.mktemp("state")), monkeypatch,
+        data, lambda runner, placed: feed(spark, runner, inputs, cuts, placed),
+        places=len(cuts) + 1, close=close)
     assert results[-1].host == second[-1]
-    assert [r.skipped for r in results] == [i < committed for i in range(len(cuts) + 1)]
-    assert outputs_rows(again, list(flow().outputs)) == reference(
-        spark, flow().outputs, {n: ups for n, (_, ups) in inputs.items()})
-    assert data_files(where) == set(manifest(where)["frames"])
-    again.release_state()

@@ -301,8 +301,8 @@ def driver_flow() -> Dataflow:
 
 
 def placed(tmp, ddl, ups, driver: bool):
-    """Updates as a pyarrow Table (a small step: the driver) or as a Parquet file (read by
-    Spark: the step runs on Spark)."""
+    """Updates as a pyarrow Table (for a driver step) or as a Parquet file (for a Spark
+    step: Spark reads it and digests it as it reads, feed_placed pins the placement)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -321,13 +321,16 @@ def placed(tmp, ddl, ups, driver: bool):
 
 
 def feed_placed(runner, inputs, cuts, driver: list, tmp) -> list:
-    """Step to each of `cuts` from time 0, step i on the driver where driver[i]."""
-    lo, results = 0, []
+    """Step to each of `cuts` from time 0, step i on the driver where driver[i] (the
+    runner's placement is restored after)."""
+    lo, results, hosted = 0, [], runner._hosted
     for i, upto in enumerate(cuts):
         batch = {n: placed(tmp, ddl, [u for u in ups if lo <= u[1] < upto], driver[i])
                  for n, (ddl, ups) in inputs.items()}
+        runner._hosted = hosted and driver[i]
         results.append(runner.step(batch, upto=upto))
         lo = upto
+    runner._hosted = hosted
     return results
 
 
@@ -335,6 +338,42 @@ tagged = st.tuples(st.tuples(node, st.sampled_from(["a", "bb", "é", None])),
                    st.integers(0, HORIZON - 1), st.sampled_from([-1, 1, 1, 2]))
 POINTS = ["commit:before-data", "commit:after-data", "commit:before-rename",
           "commit:after-rename"]
+
+
+def die_and_resume(spark, conf, make_flow, inputs, cuts, where, monkeypatch, data, feed,
+                   places: int, close=lambda runner, placed: runner.close()):
+    """The crash scaffold of the placement tests: a step and a commit point are drawn, and
+    a placement per step (`places` booleans, True: the driver) for each of two runs; the
+    first runner, fed by `feed(runner, placed)`, dies there, a second resumes, is fed again
+    and closed. The second run skips exactly the committed steps, and its outputs are the
+    reference's, with the state holding just the manifest's files. Returns the second run's
+    results and placements."""
+    def die():
+        raise Crash()
+
+    at = data.draw(st.integers(1, len(cuts)), label="crash step")
+    point = data.draw(st.sampled_from(POINTS), label="crash point")
+    first, second = (data.draw(st.lists(st.booleans(), min_size=places, max_size=places),
+                               label=label) for label in ("first run", "second run"))
+    monkeypatch.setattr(durable, "_die", die)
+    monkeypatch.setenv(durable.CRASH_ENV, f"{point}@{at}")
+    runner = Runner(make_flow(), conf=conf, spark=spark, state=where)
+    with pytest.raises(Crash):
+        feed(runner, first)
+    assert runner.steps == at - 1
+    runner.release_state()
+    monkeypatch.delenv(durable.CRASH_ENV)
+
+    committed = at if point == "commit:after-rename" else at - 1
+    again = Runner(make_flow(), conf=conf, spark=spark, state=where)
+    assert again.steps == committed
+    results = feed(again, second) + [close(again, second)]
+    assert [r.skipped for r in results] == [i < committed for i in range(len(cuts) + 1)]
+    assert outputs_rows(again, list(make_flow().outputs)) == reference(
+        spark, make_flow().outputs, {n: ups for n, (_, ups) in inputs.items()})
+    assert data_files(where) == set(manifest(where)["frames"])
+    again.release_state()
+    return results, second
 
 
 @settings(max_examples=examples(2, 4), deadline=None, suppress_health_check=list(HealthCheck))
@@ -347,37 +386,15 @@ def test_driver_steps_die_resume_and_switch_placement(spark, conf, tmp_path_fact
     start with the steps placed at random again: driver steps commit without Spark into the
     same manifest, either placement resumes from either's steps, replays are recognised
     whichever placement committed them, and the outputs are the reference's."""
-    def die():
-        raise Crash()
-
     cuts = sorted(cuts) + [HORIZON]
     inputs = {"e": (D, edges), "n": (M, weights)}
-    at = data.draw(st.integers(1, len(cuts)), label="crash step")
-    point = data.draw(st.sampled_from(POINTS), label="crash point")
-    first, second = (data.draw(st.lists(st.booleans(), min_size=len(cuts), max_size=len(cuts)),
-                               label=label) for label in ("first run", "second run"))
-    where = str(tmp_path_factory.mktemp("state"))
     tmp = str(tmp_path_factory.mktemp("inputs"))
-    monkeypatch.setattr(durable, "_die", die)
-    monkeypatch.setenv(durable.CRASH_ENV, f"{point}@{at}")
-    runner = Runner(driver_flow(), conf=conf, spark=spark, state=where)
-    with pytest.raises(Crash):
-        feed_placed(runner, inputs, cuts, first, tmp)
-    assert runner.steps == at - 1
-    runner.release_state()
-    monkeypatch.delenv(durable.CRASH_ENV)
-
-    committed = at if point == "commit:after-rename" else at - 1
-    again = Runner(driver_flow(), conf=conf, spark=spark, state=where)
-    assert again.steps == committed
-    results = feed_placed(again, inputs, cuts, second, tmp) + [again.close()]
-    assert [r.skipped for r in results] == [i < committed for i in range(len(cuts) + 1)]
+    results, second = die_and_resume(
+        spark, conf, driver_flow, inputs, cuts, str(tmp_path_factory.mktemp("state")),
+        monkeypatch, data, lambda runner, placed: feed_placed(runner, inputs, cuts, placed, tmp),
+        places=len(cuts))
     assert [r.host for r in results] == [not r.skipped and d for r, d in  # close: driver
                                          zip(results, second + [True])]
-    assert outputs_rows(again, list(driver_flow().outputs)) == reference(
-        spark, driver_flow().outputs, {n: ups for n, (_, ups) in inputs.items()})
-    assert data_files(where) == set(manifest(where)["frames"])
-    again.release_state()
 
 
 def test_driver_and_spark_runners_take_turns_on_one_state(spark, conf, tmp_path):

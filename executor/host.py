@@ -58,7 +58,7 @@ from .spine import as_table
 from .state import arrow_digest
 from .time import DIFF, INFINITY, ITERATION, TIME
 from .trace import Trace
-from .updates import CsvSource, normalise, read_source
+from .updates import normalise, parquet_table, read_source
 
 _HOSTED = (ir.Input, ir.Linear, ir.Concat, ir.Consolidate, ir.Arrange, ir.Imported, ir.Join,
            ir.Query, ir.Reduce, ir.Iterate, ir.Variable)
@@ -617,11 +617,17 @@ def step(runner, updates: dict, upto: Optional[int]) -> Optional[Done]:
     """The step run on the driver, or None when it must run on Spark. upto None (close)
     releases everything held. Input errors raise InputError before anything changes."""
     limit = host_step_rows(runner.conf)
-    if any(isinstance(s, (str, os.PathLike, CsvSource)) for s in updates.values()):
-        return None  # files are read by Spark
     sources = {}
     for name, source in updates.items():
         schema = runner.input_schemas[name]
+        if isinstance(source, (str, os.PathLike)):  # Parquet pyarrow reads as Spark would
+            table = parquet_table(name, source)
+            if table is not None and table.num_rows > limit:
+                return None
+            if table is not None and (ready := _ready(table, schema, runner.frontier,
+                                                      upto)) is not None:
+                sources[name] = ready
+                continue
         if isinstance(source, pa.Table):
             if source.num_rows > limit:
                 return None
@@ -721,17 +727,24 @@ def _ready(table: pa.Table, schema: StructType, frontier: int, upto: int) -> Opt
         list(schema.fields))))
 
 
+# The most bytes Spark's size estimate may give a frame the driver fetches to count its rows:
+# a generous width per update row, and a floor, so that a tiny limit still fetches a file.
+_ROW_BYTES, _FETCH_FLOOR = 256, 64 << 20
+
+
 def _local(df: DataFrame, limit: int) -> Union[DataFrame, pa.Table, None]:
     """`df` as local rows when it holds at most `limit`, else None. Rows already local (a
-    pyarrow Table or pandas frame given to createDataFrame) cost nothing; a computed frame
-    (a Python list given to createDataFrame, a cached frame, a checkpoint) one job for at
-    most limit + 1 rows, returned as Arrow; any other frame (a file scan, a plan) runs on
-    Spark."""
-    plan = df._jdf.queryExecution().analyzed()
+    pyarrow Table or pandas frame given to createDataFrame) cost nothing. Any other frame (a
+    Python list given to createDataFrame, a cached frame, a file scan, a plan) costs one job
+    for at most limit + 1 rows, returned as Arrow, unless Spark's size estimate already puts
+    it beyond the limit (a frame of RDD rows has no estimate: it is fetched)."""
+    execution = df._jdf.queryExecution()
+    plan = execution.analyzed()
     kind = plan.getClass().getSimpleName()
     if kind == "LocalRelation":
         return df if plan.data().size() <= limit else None
-    if kind != "LogicalRDD":
+    if kind != "LogicalRDD" and int(str(execution.optimizedPlan().stats().sizeInBytes())) \
+            > max(limit * _ROW_BYTES, _FETCH_FLOOR):
         return None
     table = df.limit(limit + 1).toArrow()
     return table if table.num_rows <= limit else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from pyspark.sql import functions as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -99,8 +100,8 @@ def _traces(runner) -> dict:
 
 
 def test_local_rows_of_every_kind(spark, conf):
-    """A pyarrow Table, an Arrow-backed frame and a Python list frame all step on the
-    host (the list costs one job to fetch its rows); a file scan steps on Spark."""
+    """A pyarrow Table, an Arrow-backed frame, a Python list frame and a small computed plan
+    all step on the host (the list and the plan cost one job to fetch their rows)."""
     flow = Dataflow()
     flow.output("c", flow.input("g", G).count(by=["src"]))
     runner = Runner(flow, conf=conf, spark=spark)
@@ -109,11 +110,77 @@ def test_local_rows_of_every_kind(spark, conf):
     assert runner.step({"g": updates_df(spark, G, [((1, 4), 1, 1)])}, upto=2).host
     listed = spark.createDataFrame([(2, 5, 2, 1)], f"{G}, time BIGINT, diff BIGINT")
     assert runner.step({"g": listed}, upto=3).host
-    assert not runner.step({"g": spark.range(1).selectExpr(
+    assert runner.step({"g": spark.range(1).selectExpr(
         "1L AS src", "9L AS dst", "3L AS time", "-1L AS diff")}, upto=4).host
     assert outputs_rows(runner, ["c"])["c"] == consolidate(
         [((1, 2), 0, 1), ((1, 2), 1, -1), ((1, 3), 1, 1), ((2, 1), 2, 1), ((1, 3), 3, -1),
          ((1, 2), 3, 1)])
+
+
+TYPED = ("k BIGINT, s STRING, d DATE, p DECIMAL(10,2), ts TIMESTAMP, x DOUBLE, "
+         "b BOOLEAN")
+
+
+def test_files_step_on_the_driver_as_spark_reads_them(spark, conf, tmp_path):
+    """Parquet written by pyarrow (read by pyarrow, no job) and by Spark (INT96 timestamps:
+    fetched through Spark's reader, one job), CSV, and a filtered scan all step on the
+    driver, with Spark's reading of every column type and null, and agree with a runner
+    that steps on Spark; a file above diffspark.host.step_rows steps on Spark; a bad CSV
+    value is refused in the same words both ways."""
+    import datetime as dt
+    from decimal import Decimal
+
+    import pyarrow.parquet as pq
+
+    from conftest import updates_table
+
+    flow = Dataflow()
+    o = flow.input("o", TYPED)
+    flow.output("sums", o.sum("p", by=["s"]))
+    flow.output("days", o.count(by=["d", "b"]))
+    flow.output("kept", o.filter("x > 0 OR x IS NULL").map("k", "s", "ts"))
+    rows = [((1, "a", dt.date(2024, 1, 2), Decimal("1.25"),
+              dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc), 0.5, True), 0, 1),
+            ((2, None, None, None, None, None, None), 0, 1),
+            ((3, "é,\"q\"", dt.date(1999, 12, 31), Decimal("-3.10"),
+              dt.datetime(1999, 12, 31, 23, 59, 59, 123456, tzinfo=dt.timezone.utc), -1.0,
+              False), 1, 2)]
+    table = updates_table(TYPED, rows)
+    pyarrow_file = tmp_path / "o.parquet"
+    pq.write_table(table, pyarrow_file)
+    spark_dir = str(tmp_path / "spark")
+    spark.createDataFrame(table).where("time = 1").withColumn("diff", F.lit(-1).cast(
+        "bigint")).withColumn("time", F.lit(2).cast("bigint")).write.parquet(spark_dir)
+    csv_file = str(tmp_path / "o.csv")
+    spark.createDataFrame(table).withColumn("time", F.col("time") + 3).toPandas().to_csv(
+        csv_file, index=False)
+    feeds = [(str(pyarrow_file), 2), (spark_dir, 3), (csv_file, 5),
+             (spark.read.parquet(str(pyarrow_file)).where("k = 1").withColumn(
+                 "time", F.lit(5).cast("bigint")), 6)]
+    ours = Runner(flow, conf=conf, spark=spark)
+    theirs = Runner(flow, conf=conf | SPARK_ONLY, spark=spark)
+    small = Runner(flow, conf=conf | {"diffspark.host.step_rows": "2"}, spark=spark)
+    names = list(flow.outputs)
+    tracker = spark.sparkContext.statusTracker()
+    for source, upto in feeds:
+        before = set(tracker.getJobIdsForGroup(None))
+        assert ours.step({"o": source}, upto=upto).host, source
+        if source == str(pyarrow_file):  # read by pyarrow: not one Spark job
+            assert set(tracker.getJobIdsForGroup(None)) == before
+        assert not theirs.step({"o": source}, upto=upto).host
+        # three rows in each file but Spark's, one in the filtered scan
+        assert small.step({"o": source}, upto=upto).host == (upto in (3, 6)), source
+        assert outputs_rows(ours, names) == outputs_rows(theirs, names) \
+            == outputs_rows(small, names), source
+    bad = tmp_path / "bad.csv"
+    bad.write_text("k,s,d,p,ts,x,b,time\n7,z,2024-13-01,1.00,,,true,6\n")
+    messages = []
+    for runner in (ours, theirs):
+        with pytest.raises(InputError) as e:
+            runner.step({"o": str(bad)}, upto=7)
+        messages.append(str(e.value))
+        assert runner.frontier == 6
+    assert messages[0] == messages[1] and "d" in messages[0] and "DATE" in messages[0]
 
 
 @pytest.mark.parametrize("bad, column, rule", [

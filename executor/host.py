@@ -1,9 +1,9 @@
 """The driver placement: a whole step in this process on array kernels, no Spark job.
 
 Each Spark job costs 0.1-1 s whatever its size (DESIGN.md section 11), so a step of a thousand
-updates through a dozen operators costs seconds on Spark. When a step's updates are local
-(pyarrow or pandas tables, createDataFrame) and few, and every operator of the plan has a
-driver form, the runner runs the step here. Record columns of every type are int64 codes
+updates through a dozen operators costs seconds on Spark. When a step's updates are few
+(local tables; Parquet files pyarrow reads as Spark would; other frames and files fetched in
+one job) and every operator of the plan has a driver form, the runner runs the step here. Record columns of every type are int64 codes
 (executor/encoding.py). A pyarrow Table that already has the input's types is checked on
 Arrow; any other input goes through updates.normalise (a projection Catalyst folds into the
 local rows). Linear chains run on Arrow (executor/expressions.py) or as kernels on the

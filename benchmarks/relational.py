@@ -10,7 +10,9 @@ at most 50 ms).
 
 Each system runs in its own process on the same seeded data and steps:
 - diffspark: one Runner, the load as a first step, then each step's changes as a pyarrow
-  Table; a step is timed until every output's changes are in hand as Arrow.
+  Table; a step is timed until every output's changes are in hand as Arrow. `--feed parquet`
+  hands each step's changes to `step` as a Parquet file instead (written before the step's
+  clock starts, as a producer would have), `--feed frame` as `spark.read.parquet(file)`.
 - DuckDB (the peer a skilled user would reach for): the tables loaded once with a primary
   key on o_id, each step's deletes and inserts applied in place, then the four queries
   recomputed in full.
@@ -23,8 +25,11 @@ from __future__ import annotations
 
 import hashlib
 import multiprocessing as mp
+import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -153,6 +158,7 @@ def run_diffspark(args) -> dict:
         return {name: digest([k for k, m in acc.items() for _ in range(m)])
                 for name, acc in state.items()}
 
+    files = tempfile.mkdtemp(prefix="relational-feed-")
     started = time.perf_counter()
     result = runner.step({"orders": work.orders, "customers": work.customers}, upto=1)
     tables = {name: result.arrow(name) for name in QUERIES}
@@ -166,8 +172,9 @@ def run_diffspark(args) -> dict:
             gone.append_column("diff", pa.array(np.full(gone.num_rows, -1, dtype=np.int64))),
             new.append_column("diff", pa.array(np.ones(new.num_rows, dtype=np.int64)))])
         batch = batch.append_column("time", pa.array(np.full(batch.num_rows, t, np.int64)))
+        source = fed(runner, batch, args.feed, files, t)
         started = time.perf_counter()
-        result = runner.step({"orders": batch}, upto=t + 1)
+        result = runner.step({"orders": source}, upto=t + 1)
         answers = {name: result.arrow(name) for name in QUERIES}
         seconds = time.perf_counter() - started
         del answers
@@ -178,7 +185,20 @@ def run_diffspark(args) -> dict:
                         "mirror_bytes": v["mirror_bytes"], "columns": v["mirror_columns"]}
                     for k, v in runner.stats().items()}
     out["dictionary_values"] = runner.encoder.size()
+    shutil.rmtree(files, ignore_errors=True)
     return out
+
+
+def fed(runner, batch, feed: str, folder: str, t: int):
+    """A step's changes as `--feed` hands them to `step`: the table, a Parquet file of it, or
+    Spark's frame over that file."""
+    if feed == "table":
+        return batch
+    import pyarrow.parquet as pq
+
+    path = os.path.join(folder, f"step-{t}.parquet")
+    pq.write_table(batch, path)
+    return path if feed == "parquet" else runner.spark.read.parquet(path)
 
 
 def memory(state: dict) -> dict:
@@ -292,13 +312,15 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--changes", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--feed", choices=("table", "parquet", "frame"), default="table",
+                        help="how each step's changes reach diffspark's step (see above)")
     parser.add_argument("--peers", default="duckdb,spark_sql",
                         help="comma-separated peers to run beside diffspark")
     args = parser.parse_args(argv)
     args.orders = args.rows
     payload = common.header("relational", argv, peers=("duckdb",))
     payload["params"] = {"orders": args.orders, "steps": args.steps, "changes": args.changes,
-                         "seed": args.seed, "top": TOP}
+                         "seed": args.seed, "top": TOP, "feed": args.feed}
     results = {"diffspark": run_alone("diffspark", args)}
     for peer in [p for p in args.peers.split(",") if p]:
         results[peer] = run_alone(peer, args)
@@ -337,7 +359,10 @@ def report(payload: dict) -> str:
             rows.append([label, s[f"{peer}_load_s"], ms(s[f"{peer}_median_step_s"]), None,
                          s[f"{peer}_over_diffspark"]])
     p = payload["params"]
-    title = (f"{p['orders']:,} orders, {p['steps']} steps of {p['changes']:,} changes; "
+    feed = {"table": "", "parquet": " (each given to `step` as a Parquet file)",
+            "frame": " (each given to `step` as `spark.read.parquet(file)`)"}[
+        p.get("feed", "table")]
+    title = (f"{p['orders']:,} orders, {p['steps']} steps of {p['changes']:,} changes{feed}; "
              f"{s['steps_on_driver']} steps on the driver; answers equal to diffspark's: "
              f"{', '.join(k for k, ok in payload['correct'].items() if ok and k != 'diffspark')}")
     table = common.markdown_table(

@@ -184,13 +184,14 @@ def test_iterate_benchmark_smoke(spark, tmp_path):
 
 def test_relational_benchmark_smoke(tmp_path):
     """The relational view on the driver, and DuckDB recomputing it, agree after every step
-    (the benchmark fails otherwise); every step after the load ran on the driver."""
+    (the benchmark fails otherwise); every step after the load ran on the driver, each fed
+    as a frame Spark reads from a Parquet file (run_all's quick run feeds tables and files)."""
     pytest.importorskip("duckdb")
     from benchmarks import relational
 
     out = tmp_path / "relational.json"
     payload = relational.main(["--rows", "2000", "--steps", "2", "--changes", "60",
-                               "--peers", "duckdb", "--conf", "diffspark.partitions=2",
+                               "--feed", "frame", "--peers", "duckdb", "--conf", "diffspark.partitions=2",
                                "--conf", "spark.master=local[2]", "--out", str(out)])
     assert payload["correct"] == {"diffspark": True, "duckdb": True}
     assert payload["summary"]["steps_on_driver"] == 2

@@ -15,6 +15,7 @@ from functools import reduce
 from typing import Optional
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -40,7 +41,8 @@ from .subscriptions import Subscription, Subscriptions
 from .state import arrow_digest
 from .lateness import holds_back, late
 from .running import appended as count_appended, counted
-from .spine import Spine, as_frame, is_computed, materialise, materialise_all, output_log
+from .spine import (Spine, as_frame, is_computed, materialise, materialise_all, output_log,
+                    summed)
 from .trace import Trace, View, arrange
 from .time import DIFF, INFINITY, TIME
 from .updates import normalise, read_source
@@ -481,8 +483,14 @@ class Runner:
             raise PlanError(f"snapshot: time {at} is past; this runner keeps only the present "
                             f"(time {self.frontier - 1}) of its outputs (rule: "
                             f"{OUTPUT_HISTORY_KEY}=current; set it to all to keep every time)")
-        recs = linear.record_columns(self.output(name), TIME_COLS)
+        recs = [f.name for f in self.schemas[name].fields if f.name not in (*TIME_COLS, DIFF)]
         label = "multiplicity" if "count" in (r.lower() for r in recs) else "count"
+        log = self._logs[name].table()  # the driver's steps: summed on Arrow, no Spark job
+        if not self._logs[name].batches:
+            log = pa.Table.from_pylist([], to_arrow_schema(self.schemas[name]))
+        if log is not None and (table := summed(log.filter(pc.less_equal(log[TIME], at)),
+                                                recs, [(DIFF, "sum")], [label])) is not None:
+            return as_frame(table)
         return (self.output(name).where(F.col(TIME) <= at)
                 .groupBy(*map(linear.q, recs)).agg(F.sum(DIFF).alias(label))
                 .where(F.col(label) != 0))

@@ -109,8 +109,18 @@ class Spine:
         return out
 
     def union(self) -> Optional[DataFrame]:
+        table = self.table()
+        if table is not None:  # one local relation: reading it runs no Spark job
+            return as_frame(table)
         frames = [as_frame(b) for _, b in self.batches]
         return reduce(DataFrame.unionByName, frames) if frames else None
+
+    def table(self) -> Optional[pa.Table]:
+        """Every batch as one Arrow table where all are Arrow tables (the driver's steps),
+        else None (none held, or a Spark frame among them)."""
+        if not self.batches or not all(isinstance(b, pa.Table) for _, b in self.batches):
+            return None
+        return pa.concat_tables([b for _, b in self.batches])
 
 
 def as_frame(batch) -> DataFrame:
@@ -139,22 +149,42 @@ def _log_merge(batch, size: int):
     return (batch, size) if isinstance(batch, pa.Table) else (materialise(batch), size)
 
 
+def summed(table: pa.Table, records: list[str], aggregates: list[tuple[str, str]],
+           names: list[str]) -> Optional[pa.Table]:
+    """`table` grouped by its record columns as Spark groups them (null a group of its own,
+    -0.0 and 0.0 one key, every NaN one key), with `aggregates` named `names`; groups whose
+    last aggregate (a summed diff) is 0 dropped. None where a record column is nested
+    (Arrow cannot group by it): the caller asks Spark."""
+    keys = table.select(records)
+    if any(pa.types.is_nested(f.type) for f in keys.schema):
+        return None
+    for i, f in enumerate(keys.schema):
+        if pa.types.is_floating(f.type):
+            x = table.column(f.name)
+            x = pc.if_else(pc.equal(x, 0), pa.scalar(0, f.type), x)
+            x = pc.if_else(pc.is_nan(x), pa.scalar(float("nan"), f.type), x)
+            table = table.set_column(table.schema.get_field_index(f.name), f.name, x)
+    out = table.group_by(records, use_threads=False).aggregate(aggregates).rename_columns(
+        records + names)
+    return out.filter(pc.not_equal(out[names[-1]], 0))
+
+
 def _log_compact(batch, size: int):
     """A merge that keeps only the present: each record's changes summed at its latest time,
     records whose changes cancel dropped (conf diffspark.output.history=current)."""
     from .time import DIFF, TIME
-    if isinstance(batch, pa.Table):
-        records = [c for c in batch.column_names if c not in (TIME, DIFF)]
-        summed = batch.group_by(records, use_threads=False).aggregate(
-            [(TIME, "max"), (DIFF, "sum")]).rename_columns(records + [TIME, DIFF])
-        summed = summed.filter(pc.not_equal(summed[DIFF], 0))
-        return summed.select(batch.column_names).cast(batch.schema), size
+    records = [c for c in (batch.column_names if isinstance(batch, pa.Table) else batch.columns)
+               if c not in (TIME, DIFF)]
+    table = summed(batch, records, [(TIME, "max"), (DIFF, "sum")], [TIME, DIFF]) \
+        if isinstance(batch, pa.Table) else None
+    if table is not None:
+        return table.select(batch.column_names).cast(batch.schema), size
     from pyspark.sql import functions as F
-    records = [c for c in batch.columns if c not in (TIME, DIFF)]
-    summed = (batch.groupBy(*[F.col(f"`{c}`") for c in records])
-              .agg(F.max(TIME).alias(TIME), F.sum(DIFF).alias(DIFF))
-              .where(F.col(DIFF) != 0).select(*[F.col(f"`{c}`") for c in batch.columns]))
-    return materialise(summed), size
+    frame = as_frame(batch)
+    grouped = (frame.groupBy(*[F.col(f"`{c}`") for c in records])
+               .agg(F.max(TIME).alias(TIME), F.sum(DIFF).alias(DIFF))
+               .where(F.col(DIFF) != 0).select(*[F.col(f"`{c}`") for c in frame.columns]))
+    return materialise(grouped), size
 
 
 def output_log(history: str = "all") -> Spine:

@@ -10,7 +10,7 @@ from collections import Counter
 from decimal import Decimal
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import examples, updates_table
@@ -107,3 +107,41 @@ def test_an_unknown_history_is_refused(spark, conf):
     with pytest.raises(ConfigError, match="diffspark.output.history must be one of all, "
                                           "current, got 'some'"):
         Runner(flow(), conf=conf | {"diffspark.output.history": "some"}, spark=spark)
+
+
+FLOATS = "k BIGINT, g STRING, x DOUBLE, d DATE"
+special = st.sampled_from([0.0, -0.0, float("nan"), 1.5, -2.25, None])
+fl_update = st.tuples(st.tuples(st.integers(0, 2), st.sampled_from(["a", "é", None]), special,
+                                st.sampled_from([None, __import__("datetime").date(2024, 2, 29)])),
+                      st.integers(0, 3), st.sampled_from([-1, 1, 1, 2]))
+
+
+@settings(max_examples=examples(3, 5), deadline=None, suppress_health_check=list(HealthCheck))
+@given(stream=st.lists(fl_update, max_size=14))
+@example(stream=[((0, "a", 0.0, None), 0, 1), ((0, "a", -0.0, None), 1, 1),
+                 ((1, None, float("nan"), None), 1, 2), ((1, None, float("nan"), None), 2, -1)])
+def test_snapshots_of_driver_steps_are_summed_on_arrow_as_spark_sums_them(spark, conf, stream):
+    """A snapshot of an output whose log holds only the driver's steps is summed on Arrow,
+    no Spark job; it equals the Spark placement's snapshot (Spark's grouping: -0.0 and 0.0
+    one key, NaN one key, null its own) at every time."""
+    import math
+
+    f = Dataflow()
+    s = f.input("s", FLOATS)
+    f.output("rows", s.map("g", "x", "d"))
+    ours = Runner(f, conf=conf, spark=spark)
+    theirs = Runner(f, conf=conf | {"diffspark.host.step_rows": "0"}, spark=spark)
+    tracker = spark.sparkContext.statusTracker()
+
+    def rows(df):
+        return Counter(tuple("NaN" if isinstance(v, float) and math.isnan(v) else v
+                             for v in r) for r in df.collect())
+
+    for t in range(4):
+        feed = {"s": updates_table(FLOATS, [u for u in stream if u[1] == t])}
+        assert ours.step(feed, upto=t + 1).host and not theirs.step(feed, upto=t + 1).host
+        for at in range(t + 1):
+            before = set(tracker.getJobIdsForGroup(None))
+            mine = rows(ours.snapshot("rows", at))
+            assert set(tracker.getJobIdsForGroup(None)) == before, "a job for a snapshot"
+            assert mine == rows(theirs.snapshot("rows", at)), at

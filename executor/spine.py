@@ -116,11 +116,13 @@ class Spine:
         return reduce(DataFrame.unionByName, frames) if frames else None
 
     def table(self) -> Optional[pa.Table]:
-        """Every batch as one Arrow table where all are Arrow tables (the driver's steps),
-        else None (none held, or a Spark frame among them)."""
-        if not self.batches or not all(isinstance(b, pa.Table) for _, b in self.batches):
+        """Every batch as one Arrow table where all are Arrow tables of one schema (the
+        driver's steps), else None (none held, or a Spark frame among them)."""
+        tables = [b for _, b in self.batches]
+        if not tables or not all(isinstance(b, pa.Table) and b.schema.equals(tables[0].schema)
+                                 for b in tables):
             return None
-        return pa.concat_tables([b for _, b in self.batches])
+        return pa.concat_tables(tables)
 
 
 def as_frame(batch) -> DataFrame:

@@ -64,6 +64,7 @@ def test_run_all_quick_kernels(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.costly  # 10 min in CI; each benchmark's smoke run is also in test_benchmarks.py
 def test_run_all_quick_every_benchmark(tmp_path):
     text, results = run_quick(tmp_path)
     assert "| 5-operator chain, fused SQL expressions" in text

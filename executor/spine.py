@@ -157,10 +157,10 @@ def summed(table: pa.Table, records: list[str], aggregates: list[tuple[str, str]
     -0.0 and 0.0 one key, every NaN one key), with `aggregates` named `names`; groups whose
     last aggregate (a summed diff) is 0 dropped. None where a record column is nested
     (Arrow cannot group by it): the caller asks Spark."""
-    keys = table.select(records)
-    if any(pa.types.is_nested(f.type) for f in keys.schema):
+    keys = table.select(records).schema
+    if any(pa.types.is_nested(f.type) for f in keys):
         return None
-    for i, f in enumerate(keys.schema):
+    for f in keys:
         if pa.types.is_floating(f.type):
             x = table.column(f.name)
             x = pc.if_else(pc.equal(x, 0), pa.scalar(0, f.type), x)

@@ -1,19 +1,20 @@
 """The driver placement: a whole step in this process on array kernels, no Spark job.
 
 Each Spark job costs 0.1-1 s whatever its size (DESIGN.md section 11), so a step of a thousand
-updates through a dozen operators costs seconds on Spark. When a step's updates are few
-(local tables; Parquet files pyarrow reads as Spark would; other frames and files fetched in
-one job) and every operator of the plan has a driver form, the runner runs the step here.
-Record columns of every type are int64 codes (executor/encoding.py). A pyarrow Table that
-already has the input's types is checked on Arrow; any other input goes through
-updates.normalise (a projection Catalyst folds into the local rows). Linear chains run on
-Arrow (executor/expressions.py) or as kernels on the arrays, else as Spark expressions over
-the local rows. Arrangements, joins, the reduce family (executor/reduce_host.py) and conjunctive queries run against host mirrors of the traces
-(executor/mirror.py); so does another runner's arrangement a plan imports (its reader's hold
-kept as on Spark). An iterate runs round by round at product times, each round a walk of
-this same evaluator over the body (`_iterate`; reductions there by executor/reduce_product.py
-`host_delta`). Outputs come back as Arrow. Under durable state the step's new frames are
-committed as Arrow tables (executor/state.py), with no Spark job.
+updates through a dozen operators costs seconds on Spark. When a step's updates are few (local
+tables; Parquet files pyarrow reads as Spark would; other frames and files fetched in one job)
+and every operator of the plan has a driver form, the runner runs the step here. Record
+columns of every type are int64 codes (executor/encoding.py). A pyarrow Table that already has
+the input's types is checked on Arrow; any other input goes through updates.normalise (a
+projection Catalyst folds into the local rows). Linear chains run on Arrow
+(executor/expressions.py) or as kernels on the arrays, else as Spark expressions over the
+local rows. Arrangements, joins, the reduce family (executor/reduce_host.py) and conjunctive
+queries run against host mirrors of the traces (executor/mirror.py); so does another runner's
+arrangement a plan imports (its reader's hold kept as on Spark). An iterate runs round by
+round at product times, each round a walk of this same evaluator over the body (`_iterate`;
+reductions there by executor/reduce_product.py `host_delta`). Outputs come back as Arrow.
+Under durable state the step's new frames are committed as Arrow tables (executor/state.py),
+with no Spark job.
 
 Updates that stages move to times at or after `upto` are held (DESIGN.md section 4): an
 output's, a reduction's and a query's relation's, each as one Arrow table (or, after a step

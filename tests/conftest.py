@@ -36,17 +36,15 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE")
 
 # CI's deadline: .ci/run sets DIFFSPARK_TEST_DEADLINE (epoch seconds) so that a run whose
 # machine is slower than the one the suite was timed on still ends inside CI's 90 minutes.
-# Then the slow tests run after all the fast ones (those marked `costly`, whose coverage other
-# tests mostly share, last), and a slow test that would start past the deadline is skipped
-# with that reason (the summary counts them); the fast suite always runs.
+# Then the slow tests run after all the fast ones, and a slow test that would start past the
+# deadline is skipped with that reason (the summary counts them); the fast suite always runs.
 DEADLINE = float(os.environ.get("DIFFSPARK_TEST_DEADLINE") or 0)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
     if DEADLINE:
-        items.sort(key=lambda item: (item.get_closest_marker("slow") is not None,
-                                     item.get_closest_marker("costly") is not None))
+        items.sort(key=lambda item: item.get_closest_marker("slow") is not None)
 
 
 def pytest_runtest_setup(item):

@@ -70,8 +70,8 @@ def command_line(argv: Optional[Sequence[str]], name: Optional[str] = None) -> s
 # --------------------------------------------------------------------------- Spark
 def session(profile: str, overrides: Iterable[str], spark=None):
     """(spark, conf): the given session, or one built from the profile and overrides."""
-    from executor.config import load_conf
-    from executor.session import spark_session
+    from executor.runtime.config import load_conf
+    from executor.runtime.session import spark_session
 
     conf = load_conf(profile, list(overrides))
     return (spark if spark is not None else spark_session(conf)), conf

@@ -15,7 +15,7 @@ costs per step, and how long a resume takes as the state grows.
     ways, `--repeat` times each in turn (median reported): plain Parquet re-arranged on load
     (`arrange`: shuffle, consolidate, sort; what resume did first, the baseline), plain
     Parquet re-partitioned and sorted on load (no consolidation), and a bucketed table (P
-    buckets by the key; executor/state_layout.py: a scan and a sort, no shuffle). Each
+    buckets by the key; executor/durability/layout.py: a scan and a sort, no shuffle). Each
     restored batch is checked to hold the same rows and to join a live arrangement with no
     Exchange and no Sort.
 
@@ -167,10 +167,10 @@ def resume(spark, conf, rows: int, args, scratch) -> dict:
 
 def restore_layouts(spark, conf, records: int, repeat: int, scratch) -> dict:
     """(c): write and restore one arranged batch in each layout, `repeat` rounds."""
-    from executor import state_layout
-    from executor.spine import materialise_counted
-    from executor.state import content_digest, digest_of
-    from executor.trace import arrange
+    from executor.arrange.spine import materialise_counted
+    from executor.arrange.trace import arrange
+    from executor.durability import layout as state_layout
+    from executor.durability.state import content_digest, digest_of
     parts, keys, times = int(conf["diffspark.partitions"]), ["user"], ["time"]
     updates = spark.range(records).select(
         F.pmod(_h(6), F.lit(max(1, records // 10))).alias("user"), F.col("id").alias("item"),

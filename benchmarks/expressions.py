@@ -1,4 +1,4 @@
-"""Per-step cost of a linear chain on the driver: executor/expressions.py on Arrow against
+"""Per-step cost of a linear chain on the driver: executor/operators/linear/expressions.py on Arrow against
 Catalyst on the same local rows (createDataFrame(arrow) + selectExpr/where + toArrow, which
 runs no Spark job but pays py4j and an analysis per call).
 
@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from benchmarks import common
-from executor.expressions import compile_stages
+from executor.operators.linear.expressions import compile_stages
 from plans import ir
 
 STAGES = (ir.Filter("user > 100 AND name IS NOT NULL"),
@@ -49,7 +49,7 @@ def updates(n: int, seed: int = 0) -> pa.Table:
 
 def catalyst(spark, table: pa.Table) -> pa.Table:
     """The same chain by Catalyst on local rows (what the driver path did before)."""
-    from executor import linear
+    from executor.operators.linear import spark as linear
     return linear.apply(spark.createDataFrame(table), STAGES, ["time"], "numpy").toArrow()
 
 

@@ -22,8 +22,8 @@ The chain: five linear operators, each an instance of join_function (DESIGN sect
 
 About 3N output updates (columns user, lo, hi, time, diff). The same logic is written twice:
 as plan IR expression stages (Filter, Map, FlatMap, Explode, TemporalFilter) and as five
-plans.ir.Kernel stages (fn(xp, cols) array kernels, executor/kernels.py contract). Both are
-run by executor.linear.apply and give the same updates (checked, see "Checks").
+plans.ir.Kernel stages (fn(xp, cols) array kernels, executor/operators/linear/kernels.py contract). Both are
+run by executor.operators.linear.spark.apply and give the same updates (checked, see "Checks").
 
 Every row of the table is one Spark action per repeat that forces the full result into the
 `noop` sink (computes every row and column, writes nothing), timed on the wall clock:
@@ -32,7 +32,7 @@ Every row of the table is one Spark action per repeat that forces the full resul
                       as one pipeline (one job, one Spark stage, no shuffle, no Python);
                       physical_plans in the JSON counts the whole-stage codegen pipelines.
   expr_unfused_mat    operator at a time, as an engine without fusion runs them: each stage
-                      applied alone and its output materialised (executor.spine.materialise =
+                      applied alone and its output materialised (executor.arrange.spine.materialise =
                       localCheckpoint) before the next; the last one is forced with noop.
                       Five jobs, four materialised intermediates. (Applying the stages one
                       by one WITHOUT materialising is not a row: Catalyst re-fuses them into
@@ -43,9 +43,9 @@ Every row of the table is one Spark action per repeat that forces the full resul
                       difference to kernel_fused is the cost of the extra round trips.
   kernel_unfused_mat  as kernel_unfused, with each intermediate materialised like
                       expr_unfused_mat (five jobs).
-  consolidate_sql     executor.consolidate.consolidate (groupBy(record, time).sum(diff),
+  consolidate_sql     executor.arrange.consolidate.consolidate (groupBy(record, time).sum(diff),
                       drop zeros: partial aggregation, shuffle, final aggregation).
-  consolidate_kernel  executor.consolidate.consolidate_by_kernel: repartition(P, record,
+  consolidate_kernel  executor.arrange.consolidate.consolidate_by_kernel: repartition(P, record,
                       time), then gpu_kernels.consolidate (sort, segment sums) per partition
                       in one mapInArrow over the whole partition.
 
@@ -201,9 +201,9 @@ def cached(df):
 def variants(backend: str, partitions: int) -> dict:
     """Row name -> function(input DataFrame, keep) -> DataFrame to force. `keep` collects
     materialised intermediates (nothing to do: they are released by RDD id afterwards)."""
-    from executor import linear
-    from executor.consolidate import consolidate, consolidate_by_kernel
-    from executor.spine import materialise
+    from executor.arrange.consolidate import consolidate, consolidate_by_kernel
+    from executor.arrange.spine import materialise
+    from executor.operators.linear import spark as linear
 
     expr, kern = expression_stages(), kernel_stages()
 
@@ -270,7 +270,7 @@ def parse_args(argv):
 
 def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
     """Run the benchmark; returns the JSON payload (also written to --out)."""
-    from executor.config import kernel_backend, partitions as partition_count
+    from executor.runtime.config import kernel_backend, partitions as partition_count
 
     args = parse_args(argv)
     if args.rows < 1 or args.repeat < 1:

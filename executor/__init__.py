@@ -4,7 +4,7 @@ applications built on it (the CLI, the demos, gpu-check) are in executor/apps/.
 Runner is imported on first use, so the modules that need no Spark (apps.gpu_check up to its
 Spark part, apps.progress) load on a machine without pyspark, such as a bare GPU box.
 """
-from .errors import InputError, PlanError, StateError, StepError, SubscriberError
+from executor.runtime.errors import InputError, PlanError, StateError, StepError, SubscriberError
 
 __all__ = ["InputError", "PlanError", "Runner", "StateError", "StepError", "StepResult",
            "SubscriberError", "csv"]
@@ -12,11 +12,11 @@ __all__ = ["InputError", "PlanError", "Runner", "StateError", "StepError", "Step
 
 def __getattr__(name):
     if name in ("Runner", "StepResult"):
-        from . import runner
+        from executor import runner
 
         return getattr(runner, name)
     if name == "csv":
-        from .updates import csv
+        from executor.inputs.updates import csv
 
         return csv
     raise AttributeError(f"module 'executor' has no attribute {name!r}")

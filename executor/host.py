@@ -4,21 +4,21 @@ Each Spark job costs 0.1-1 s whatever its size (DESIGN.md section 11), so a step
 updates through a dozen operators costs seconds on Spark. When a step's updates are few (local
 tables; Parquet files pyarrow reads as Spark would; other frames and files fetched in one job)
 and every operator of the plan has a driver form, the runner runs the step here. Record
-columns of every type are int64 codes (executor/encoding.py). A pyarrow Table that already has
+columns of every type are int64 codes (executor/arrange/encoding.py). A pyarrow Table that already has
 the input's types is checked on Arrow; any other input goes through updates.normalise (a
 projection Catalyst folds into the local rows). Linear chains run on Arrow
-(executor/expressions.py) or as kernels on the arrays, else as Spark expressions over the
-local rows. Arrangements, joins, the reduce family (executor/reduce_host.py) and conjunctive
-queries run against host mirrors of the traces (executor/mirror.py); so does another runner's
+(executor/operators/linear/expressions.py) or as kernels on the arrays, else as Spark expressions over the
+local rows. Arrangements, joins, the reduce family (executor/operators/reduce/driver.py) and conjunctive
+queries run against host mirrors of the traces (executor/arrange/mirror.py); so does another runner's
 arrangement a plan imports (its reader's hold kept as on Spark). An iterate runs round by
 round at product times, each round a walk of this same evaluator over the body (`_iterate`;
-reductions there by executor/reduce_product.py `host_delta`). Outputs come back as Arrow.
-Under durable state the step's new frames are committed as Arrow tables (executor/state.py),
+reductions there by executor/operators/reduce/product.py `host_delta`). Outputs come back as Arrow.
+Under durable state the step's new frames are committed as Arrow tables (executor/durability/state.py),
 with no Spark job.
 
 Updates that stages move to times at or after `upto` are held (DESIGN.md section 4): an
 output's, a reduction's and a query's relation's, each as one Arrow table (or, after a step
-on Spark, a Spark frame: executor/spine.py `as_frame` and `as_table` let either placement
+on Spark, a Spark frame: executor/arrange/spine.py `as_frame` and `as_table` let either placement
 read the other's), released when the frontier passes them.
 
 Spark stays the reference and the state: traces receive the host's updates when Spark next
@@ -43,23 +43,25 @@ from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
+from executor.arrange.changes import Changes, Unsupported, updates_schema
+from executor.arrange.encoding import NULL_CODE, NoCode, fits
+from executor.arrange.mirror import Mirror, run_of
+from executor.arrange.spine import as_table
+from executor.arrange.trace import Trace
+from executor.durability.state import arrow_digest
+from executor.inputs.updates import normalise, parquet_table, read_source
+from executor.lateness import holds_back
+from executor.operators.iterate import spark as iterate
+from executor.operators.join import spark as join
+from executor.operators.linear import expressions, kernels, spark as linear
+from executor.operators.query import codes as query_codes, delta_rules
+from executor.operators.reduce import (driver as reduce_host, product as reduce_product, top_k,
+                                       totals)
+from executor.runtime.config import host_mirror_rows, host_step_rows, max_rounds
+from executor.time import DIFF, INFINITY, ITERATION, TIME
 from gpu_kernels import consolidate, join_times, multiply_diffs, namespace, neighbours
-from plans import ir
-from plans import query as cq
+from plans import ir, query as cq
 from plans.ir import PlanError
-
-from . import (delta_rules, expressions, iterate, join, kernels, linear, query_codes,
-               reduce_host, reduce_product, top_k, totals)
-from .changes import Changes, Unsupported, updates_schema
-from .config import host_mirror_rows, host_step_rows, max_rounds
-from .encoding import NULL_CODE, NoCode, fits
-from .lateness import holds_back
-from .mirror import Mirror, run_of
-from .spine import as_table
-from .state import arrow_digest
-from .time import DIFF, INFINITY, ITERATION, TIME
-from .trace import Trace
-from .updates import normalise, parquet_table, read_source
 
 _HOSTED = (ir.Input, ir.Linear, ir.Concat, ir.Consolidate, ir.Arrange, ir.Imported, ir.Join,
            ir.Query, ir.Reduce, ir.Iterate, ir.Variable)
@@ -180,10 +182,10 @@ class HostStep:
         raise Unsupported(node.label())
 
     def _linear(self, node: ir.Linear, source=None, schema: Optional[StructType] = None):
-        """A fused chain, run by run: expression stages on Arrow (executor/expressions.py)
+        """A fused chain, run by run: expression stages on Arrow (executor/operators/linear/expressions.py)
         where they compile and Spark's answer is reproduced, otherwise Spark's expressions
         over the local rows (Catalyst on the driver); kernel stages on the arrays
-        (executor/kernels.py). Stages that set times join them with the update's, as on
+        (executor/operators/linear/kernels.py). Stages that set times join them with the update's, as on
         Spark; what lands at or after upto is held by the operators downstream. `source` and
         `schema` replace the node's input and schema."""
         value = self.changes(node.input) if source is None else source
@@ -277,9 +279,9 @@ class HostStep:
 
     def _arrange(self, node: ir.Arrange) -> Changes:
         """The step's updates as the arrangement's new batch; the new mirror holds them.
-        An arrangement that only counts read holds its key columns alone (executor/running.py):
+        An arrangement that only counts read holds its key columns alone (executor/operators/reduce/counted.py):
         their diffs summed per key are the count's totals, which the count appends as its
-        updates fall due (executor/totals.py), as on Spark. An arrangement inside an iterate
+        updates fall due (executor/operators/reduce/totals.py), as on Spark. An arrangement inside an iterate
         scope keeps the iteration as its mirror's last column and compacts only the outer
         time, to lower - 1: rounds still tell the step's epochs and every iteration apart."""
         runner = self.runner
@@ -288,7 +290,7 @@ class HostStep:
         inner = [ITERATION] if batch.inner else []
         trace = self.state.get(node) or Trace(keys, [TIME, *inner], runner.partitions)
         since = trace.next_since((self.upto if self.scope is None else self.lower) - 1)
-        if node in runner._counted:  # the count appends its due updates (executor/totals.py)
+        if node in runner._counted:  # the count appends its due updates (executor/operators/reduce/totals.py)
             old = self.mirror(node, trace, keys, len(keys),
                               updates_schema([batch.schema[k] for k in keys]))
             self.views[node] = _View(trace, old, batch, None)
@@ -330,8 +332,8 @@ class HostStep:
 
     # ------------------------------------------------------------------ reductions
     def _reduce(self, node: ir.Reduce) -> Changes:
-        """Abelian reductions keep running totals per key (executor/totals.py); the others
-        re-evaluate the keys the step touches (executor/reduce_host.py). Only updates before
+        """Abelian reductions keep running totals per key (executor/operators/reduce/totals.py); the others
+        re-evaluate the keys the step touches (executor/operators/reduce/driver.py). Only updates before
         upto are reduced; the rest wait (`_due`), though the trace already holds them."""
         self.value(node.input)
         view = self.views[node.input]
@@ -344,7 +346,7 @@ class HostStep:
 
     # ------------------------------------------------------------------ joins
     def _join(self, node: ir.Join) -> Changes:
-        """dA x (B_old + dB) + A_old x dB, as executor/join.py: each term looks one side's
+        """dA x (B_old + dB) + A_old x dB, as executor/operators/join/spark.py: each term looks one side's
         batch keys up in the other side's mirror."""
         for side in (node.left, node.right):
             self.value(side)
@@ -387,7 +389,7 @@ class HostStep:
 
     # ------------------------------------------------------------------ iterate
     def _iterate(self, node: ir.Iterate) -> Changes:
-        """The scope's rounds (the rule is executor/iterate.py's): round i walks the body with
+        """The scope's rounds (the rule is executor/operators/iterate/spark.py's): round i walks the body with
         this same evaluator over the variable's changes at iteration i, all of the step's
         epochs together; the result at i less the input at iteration 0 is the variable's
         change at i + 1. Done when nothing changes and nothing is held back; the output is
@@ -446,7 +448,7 @@ class HostStep:
 
     # ------------------------------------------------------------------ queries
     def _query(self, node: ir.Query) -> Changes:
-        """The query's delta rules (executor/delta_rules.py) over the step's seeds, looking
+        """The query's delta rules (executor/operators/query/delta_rules.py) over the step's seeds, looking
         index rows up in the mirrors of the arrangements the extenders read."""
         xp = self.xp
         inputs = {r: self._due((node, r), self.changes(i))
@@ -684,7 +686,7 @@ def _held(runner) -> Optional[dict]:
 def _holding(runner) -> list:
     """The keys of the runner's state under which reductions and queries may hold updates
     (asked for one by one: a resumed runner's state reads an entry when asked,
-    executor/state.py `_LazyState`)."""
+    executor/durability/state.py `_LazyState`)."""
     keys = []
     for node in ir.topological(runner.plan.values()):
         if isinstance(node, ir.Reduce) and holds_back(node, runner._late):

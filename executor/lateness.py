@@ -1,6 +1,6 @@
 """Which operators can see updates at or after a step's `upto` (DESIGN.md section 4).
 
-A step's input updates all lie before `upto` (executor/updates.py checks it), and most
+A step's input updates all lie before `upto` (executor/inputs/updates.py checks it), and most
 operators keep times or join them (the greatest of times below `upto` is below it); only
 stages that set times (temporal filters, join functions and kernels with element times) move
 updates past it. Reductions and queries hold such updates back in `pending`, and outputs

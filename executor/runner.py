@@ -16,36 +16,39 @@ from typing import Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from py4j.protocol import Py4JJavaError
 from pyspark.errors import AnalysisException, PySparkException
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
-from py4j.protocol import Py4JJavaError
 
-from plans import Dataflow, ir
-from plans.optimizer import optimize as optimize_plan
-from plans.errors import PlanError
-
+from executor import host
+from executor.arrange.consolidate import consolidate
+from executor.arrange.encoding import Encoder
+from executor.arrange.spine import (Spine, as_frame, is_computed, materialise, materialise_all,
+                                    output_log, summed)
+from executor.arrange.trace import Trace, View, arrange
+from executor.durability.state import arrow_digest
+from executor.inputs import tables as input_tables
+from executor.inputs.updates import normalise, read_source
+from executor.lateness import holds_back, late
+from executor.operators.iterate import spark as iterate
+from executor.operators.join import spark as join
+from executor.operators.linear import spark as linear
+from executor.operators.query import spark as wcoj
+from executor.operators.reduce import product as reduce_product, spark as reduce_ops
+from executor.operators.reduce.counted import appended as count_appended, counted
+from executor.runtime import limits
+from executor.runtime.config import (OUTPUT_HISTORY_KEY, kernel_backend, load_conf,
+                                     local_query_rows, output_history, partitions)
+from executor.runtime.errors import InputError, StepError, analysis_message
+from executor.runtime.session import spark_session
+from executor.subscriptions import Subscription, Subscriptions
+from executor.time import DIFF, INFINITY, TIME
 from gpu_kernels import DiffOverflow
-
-from . import host, input_tables, iterate, join, limits, linear, reduce_product, wcoj
-from . import reduce as reduce_ops
-from .config import (OUTPUT_HISTORY_KEY, kernel_backend, load_conf, local_query_rows,
-                     output_history, partitions)
-from .consolidate import consolidate
-from .encoding import Encoder
-from .errors import InputError, StepError, analysis_message
-from .session import spark_session
-from .subscriptions import Subscription, Subscriptions
-from .state import arrow_digest
-from .lateness import holds_back, late
-from .running import appended as count_appended, counted
-from .spine import (Spine, as_frame, is_computed, materialise, materialise_all, output_log,
-                    summed)
-from .trace import Trace, View, arrange
-from .time import DIFF, INFINITY, TIME
-from .updates import normalise, read_source
+from plans import Dataflow, ir
+from plans.errors import PlanError
+from plans.optimizer import optimize as optimize_plan
 
 TIME_COLS = [TIME]
 UPDATE = [StructField(TIME, LongType(), False), StructField(DIFF, LongType(), False)]
@@ -111,7 +114,7 @@ class Runner:
                                                      StructType(s.fields + UPDATE))
                        for n, s in self.input_schemas.items()}
         self.partitions = partitions(self.conf)
-        self._counted = counted(self.plan)  # arrangements counts keep as totals (running.py)
+        self._counted = counted(self.plan)  # arrangements counts keep as totals (executor/operators/reduce/counted.py)
         self._late = late(self.plan)  # what may change at or after upto (lateness.py)
         self._hosted = host.supports(self)  # small steps may run on the driver (host.py)
         # Arrange -> Trace; Reduce, (Query, relation) -> updates waiting for their time (a
@@ -124,7 +127,7 @@ class Runner:
         self.schemas = {name: df.schema for name, df in resolved.items()}
         # every node's update schema as Spark resolves it: the driver's steps keep its types
         self.node_schemas = {node: df.schema for node, df in resolving.memo.items()}
-        # the driver's codes of column values (executor/encoding.py); an importing runner
+        # the driver's codes of column values (executor/arrange/encoding.py); an importing runner
         # shares its source's, so the source's mirror is read as it is
         shared = [n.handle.runner.encoder for n in ir.topological(self.plan.values())
                   if isinstance(n, ir.Imported)]
@@ -133,14 +136,14 @@ class Runner:
         self.steps = 0
         self.closed = False
         self._pending: dict[str, object] = {n: None for n in self.plan}  # as _state's waiting
-        self.history = output_history(self.conf)  # what the output logs keep (config.py)
+        self.history = output_history(self.conf)  # what the output logs keep (executor/runtime/config.py)
         self._logs: dict[str, Spine] = {n: output_log(self.history) for n in self.plan}
         self._tables = input_tables.tables(flow)  # keyed and strict inputs' current rows
         self._subscriptions = Subscriptions()  # callbacks after each committed step
-        # durability (executor/state.py): commit each step to `state`, resume from it
+        # durability (executor/durability/state.py): commit each step to `state`, resume from it
         self._store = None
         if state is not None:
-            from .state import Store
+            from executor.durability.state import Store
             self._store = Store(self, state)
             self._store.restore(self)
 
@@ -336,7 +339,7 @@ class Runner:
         if self.constants and lower == 0 and (upto is None or upto > 0):
             updates = {**updates, **self._constant_updates()}
         ruled = None
-        if replay is None and self._tables:  # keyed and strict inputs (input_tables.py)
+        if replay is None and self._tables:  # keyed and strict inputs (executor/inputs/tables.py)
             updates, ruled = input_tables.translate(self, updates, lower, upto)
         if replay is None and self._hosted:
             done = self._host_step(updates, upto)
@@ -388,7 +391,7 @@ class Runner:
 
     def _commit(self, commits: dict, pending: dict, logs: dict, lower: int,
                 upto: Optional[int], digests: dict, ruled=None, note=None) -> None:
-        """Make a computed step durable (executor/state.py), whichever placement ran it;
+        """Make a computed step durable (executor/durability/state.py), whichever placement ran it;
         `ruled`: the step's changes to keyed and strict inputs' tables; `note`: recorded in
         the step's history record."""
         if self._store is not None:
@@ -531,7 +534,7 @@ class _Step:
     state: dict = None  # Runner._state, or an iterate scope's traces over it
     lower: int = 0  # the frontier the step starts from
     time_cols: list = field(default_factory=lambda: list(TIME_COLS))
-    scope: object = None  # the iterate scope (executor/iterate.py) running this round
+    scope: object = None  # the iterate scope (executor/operators/iterate/spark.py) running this round
     resolving: bool = False  # building on empty inputs to learn schemas: no jobs, no state
     given: set = field(default_factory=set)  # inputs with updates this step
     empty: set = field(default_factory=set)  # nodes whose changes are known to be empty

@@ -31,11 +31,10 @@ from typing import Optional
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.errors import StreamingQueryException
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, functions as F
 
-from .arrivals import completed, step_tables
-from .errors import InputError, StateError
+from executor.inputs.arrivals import completed, step_tables
+from executor.runtime.errors import InputError, StateError
 
 TAG = "__input"
 

@@ -19,7 +19,7 @@ from typing import Callable
 
 import pyarrow as pa
 
-from .errors import SubscriberError
+from executor.runtime.errors import SubscriberError
 
 
 class Subscription:

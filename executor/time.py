@@ -6,7 +6,7 @@ int64 arrays."""
 from __future__ import annotations
 
 TIME = "time"
-ITERATION = "__iteration"  # the coordinate an iterate scope adds (executor/iterate.py)
+ITERATION = "__iteration"  # the coordinate an iterate scope adds (executor/operators/iterate/spark.py)
 DIFF = "diff"
 INFINITY = 2**63 - 1  # the frontier after close(): every time is below it
 

@@ -7,7 +7,7 @@ and outputs (1 for an element-wise kernel; a 64-bit radix sort streams its keys 
 8 times per key), plus, for searching kernels, one 32-byte memory sector per binary-search
 probe (log2 of the searched range per query: dependent random reads, so they are latency
 bound, and this bound is optimistic). The triangle kernels add ~120 bytes per wedge (the
-module note of wcoj.py). Operations are int64 operations per row. Every kernel here is
+module note of executor/operators/query/spark.py). Operations are int64 operations per row. Every kernel here is
 memory bound (well under one operation per byte), so its roofline time is bytes / bandwidth.
 """
 from __future__ import annotations

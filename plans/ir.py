@@ -139,7 +139,7 @@ class Node:
 class Input(Node):
     name: str
     schema: str
-    key: tuple[str, ...] = ()  # a keyed (upsert) input's key columns (executor/input_tables.py)
+    key: tuple[str, ...] = ()  # a keyed (upsert) input's key columns (executor/inputs/tables.py)
     strict: bool = False  # refuses negative multiplicities
 
     def label(self):

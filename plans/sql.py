@@ -1,6 +1,6 @@
 """Spark SQL views lowered to the builder: `flow.sql(text, **collections)` and `.sql` plans.
 
-sqlglot (the parser executor/expressions.py already uses, Spark dialect) reads the query, so a
+sqlglot (the parser executor/operators/linear/expressions.py already uses, Spark dialect) reads the query, so a
 plan is built and explained without Spark. Only the relational structure is translated here
 (FROM, joins, WHERE, GROUP BY, subqueries, set operations, ORDER BY ... LIMIT); every scalar
 expression is handed on as Spark SQL text to map/filter, where Spark (or the Arrow compiler

@@ -70,13 +70,14 @@ def examples(dev: int, ci: int) -> int:
 
 @pytest.fixture(scope="session")
 def conf():
-    from executor.config import load_conf
+    from executor.runtime.config import load_conf
     return load_conf("cpu", TEST_OVERRIDES)
 
 
 @pytest.fixture(scope="session")
 def spark(conf):
-    from executor.session import spark_session
+    from executor.runtime.session import spark_session
+
     # Python workers unpickle test-module kernels by reference: let them import tests/.
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")])
@@ -125,6 +126,7 @@ def outputs_rows(runner, names):
     from functools import reduce
 
     from pyspark.sql import functions as F
+
     from plans.semantics import consolidate
 
     frames = []

@@ -3,8 +3,7 @@ live arrangement; compaction; and the shuffle-free physical plan of arranged joi
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import examples, outputs_rows, run_against_reference, updates_df
 from executor import PlanError, Runner
@@ -87,8 +86,8 @@ def test_history_in_one_step_or_many_gives_one_answer(spark, conf):
 def test_arranged_join_has_no_exchange_and_no_sort(spark):
     """Both sides hash-partitioned into P parts by the key and sorted: a SortMergeJoin reads
     them as they are."""
-    from executor import join
-    from executor.trace import arrange
+    from executor.arrange.trace import arrange
+    from executor.operators.join import spark as join
     from plans import ir
 
     a, _ = arrange(updates_df(spark, "k BIGINT, x BIGINT", [((i % 7, i), i % 3, 1)
@@ -106,7 +105,7 @@ def test_arranged_join_has_no_exchange_and_no_sort(spark):
 def test_arranged_batches_are_kept_serialized(spark):
     """A trace's checkpointed batch sits in the block manager serialized (Kryo, spilling to
     disk), a fraction of the size of row objects, and keeps the partitioning joins use."""
-    from executor.trace import arrange
+    from executor.arrange.trace import arrange
 
     a, _ = arrange(updates_df(spark, "k BIGINT, x BIGINT", [((i % 7, i), 0, 1)
                                                             for i in range(500)]), ["k"], ["time"], 2)

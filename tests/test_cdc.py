@@ -1,4 +1,4 @@
-"""Debezium change records (executor/cdc.py) into a keyed input, through `follow`: random
+"""Debezium change records (executor/inputs/cdc.py) into a keyed input, through `follow`: random
 create/update/delete/snapshot-read streams (JSON lines, the Kafka Connect envelope,
 tombstones, Parquet) against a plain-Python table replaying the records one by one, the
 plan's outputs against the reference interpreter; malformed records refused by name."""
@@ -11,14 +11,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql.types import StructType
-
-from executor import InputError, Runner, cdc
-from executor.apps.cli import main
-from executor.apps.follow import Follower
-from executor.reference import reference
-from plans.semantics import consolidate
 from test_cli import assert_ok, cli
 from test_input_tables import C, keyed_flow
+
+from executor import InputError, Runner
+from executor.apps.cli import main
+from executor.apps.follow import Follower
+from executor.inputs import cdc
+from executor.reference import reference
+from plans.semantics import consolidate
 
 REGIONS = ["north", "south", "east"]
 

@@ -1,17 +1,11 @@
-"""Profiles in configs/ and executor.config.load_conf. No Spark is started here."""
+"""Profiles in configs/ and executor.runtime.config.load_conf. No Spark is started here."""
 
 from __future__ import annotations
 
 import pytest
 
-from executor.config import (
-    CONFIGS_DIR,
-    ConfigError,
-    kernel_backend,
-    load_conf,
-    partitions,
-    profile_path,
-)
+from executor.runtime.config import (CONFIGS_DIR, ConfigError, kernel_backend, load_conf,
+                                     partitions, profile_path)
 
 JAR = "/opt/sparkRapidsPlugin/rapids-4-spark_2.13-26.06.0.jar"
 

@@ -1,20 +1,19 @@
-"""Delta rules on array kernels (executor/delta_rules.py, gpu_kernels/timed_index.py) against
+"""Delta rules on array kernels (executor/operators/query/delta_rules.py, gpu_kernels/timed_index.py) against
 the delta rules in plain Python and the reference interpreter, without Spark: random update
 streams with negative and repeated diffs, many changes at one time, on numpy and
 array_api_strict."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
+from test_query import K4, QUERIES, edge_updates, flow_of, interpret
 
 from conftest import host, i64
-from executor import delta_rules
-from gpu_kernels.timed_index import build_timed_index, extend_as_of, multiplicity
+from executor.operators.query import delta_rules
 from gpu_kernels.csr import row_ranges
+from gpu_kernels.timed_index import build_timed_index, extend_as_of, multiplicity
 from plans.query import delta_rules as rules_of, run_rules_python
 from plans.semantics import consolidate
-from test_query import K4, QUERIES, edge_updates, flow_of, interpret
 
 
 def lookup_in(xp, updates):

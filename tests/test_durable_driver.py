@@ -1,4 +1,4 @@
-"""Durable runners on the driver placement (executor/host.py, executor/state.py): driver steps
+"""Durable runners on the driver placement (executor/host.py, executor/durability/state.py): driver steps
 commit an iterate scope's traces (two time columns) and the updates held for later times (an
 output's, a reduction's by a STRING key, a query relation's) as Arrow into the manifest; the
 runner dies at a commit point, a new one resumes and repeats the driver from the start, each

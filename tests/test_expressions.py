@@ -1,4 +1,4 @@
-"""executor/expressions.py against Spark: random expressions from the supported grammar over
+"""executor/operators/linear/expressions.py against Spark: random expressions from the supported grammar over
 random Arrow tables (every column type, nulls, integers at the int32/int64 bounds, NaN), each
 evaluated by compile_stages and by Spark on the same data; rows and output types must be equal,
 and a Fallback must be an error in Spark too unless it is one of the cases handed back on purpose.
@@ -13,10 +13,9 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
-from executor.expressions import Fallback, NotCompiled, compile_stages
+from executor.operators.linear.expressions import Fallback, NotCompiled, compile_stages
 from plans import ir
 from plans.errors import PlanError
 
@@ -309,9 +308,9 @@ def test_edge_cases_equal_spark(spark, ansi):
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.integers(0, 2 ** 32))
 def test_filter_map_negate_chain_equals_spark(spark, seed):
-    """A whole chain (filter, map, negate, temporal_filter, map) against executor/linear.py
+    """A whole chain (filter, map, negate, temporal_filter, map) against executor/operators/linear/spark.py
     on Spark."""
-    from executor import linear
+    from executor.operators.linear import spark as linear
 
     r = random.Random(seed)
     table = random_table(r, 30, min_diff=0.01)
@@ -341,7 +340,7 @@ def test_filter_map_negate_chain_equals_spark(spark, seed):
                                                   ("i8", "i8 + time"), ("CAST(i8 AS INT)", "i"),
                                                   ("NULL", "i8"), ("i8", "IF(bo, i8 + 3, NULL)")]))
 def test_temporal_filter_equals_linear(spark, seed, bounds):
-    from executor import linear
+    from executor.operators.linear import spark as linear
 
     r = random.Random(seed)
     table = random_table(r, 30)

@@ -7,13 +7,12 @@ way and as Spark frames the other)."""
 from __future__ import annotations
 
 import pyarrow as pa
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import examples, outputs_rows, updates_df
 from executor import Runner
+from executor.arrange.trace import Trace
 from executor.reference import reference
-from executor.trace import Trace
 from plans import Dataflow
 
 EV = "a BIGINT, b BIGINT, lo BIGINT, hi BIGINT"

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 from pyspark.sql import functions as F
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from conftest import examples, host, i64, outputs_rows, run_against_reference, updates_df
 from executor import Runner
-from executor.errors import InputError
+from executor.runtime.errors import InputError
 from plans import Dataflow
 from plans.semantics import consolidate
 
@@ -88,7 +87,7 @@ def test_steps_switch_between_host_and_spark(spark, conf):
 def _traces(runner) -> dict:
     """Each trace's updates, times advanced to its since and consolidated: what it holds,
     whatever its batches."""
-    from executor.trace import Trace
+    from executor.arrange.trace import Trace
 
     out = {}
     for node, trace in runner._state.items():
@@ -229,7 +228,7 @@ runs = st.lists(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 3), st.inte
 def test_mirror_rows_equal_brute_force(xp, batches, asked, nkeys):
     """Runs appended (merged geometrically, times advanced to `since`): every update under
     the asked keys, as brute force over the same updates finds them."""
-    from executor.mirror import Mirror, run_of
+    from executor.arrange.mirror import Mirror, run_of
 
     mirror, held, since = Mirror(xp, ["a", "b"], nkeys), [], -1
     for i, batch in enumerate(batches):
@@ -248,7 +247,7 @@ def test_mirror_rows_equal_brute_force(xp, batches, asked, nkeys):
 
 
 def test_member(xp):
-    from executor.reduce_product import _member
+    from executor.operators.reduce.product import _member
 
     cols = [i64(xp, [1, 2, 2, 3, 1]), i64(xp, [5, 5, 6, 5, 5])]
     among = [i64(xp, [2, 1, 9]), i64(xp, [6, 5, 9])]
@@ -259,7 +258,7 @@ def test_host_steps_keep_one_copy_and_spark_reads_the_mirror(spark, conf):
     """Driver steps keep their updates in the mirror alone (no second copy waiting for
     Spark, however many steps run); a Spark step then reads the mirror, decoded and
     arranged once, and agrees with a runner that stepped on Spark throughout."""
-    from executor import trace as traces
+    from executor.arrange import trace as traces
 
     flow = Dataflow()
     g = flow.input("g", G)

@@ -1,4 +1,4 @@
-"""Keyed (upsert) and strict inputs (executor/input_tables.py) against a plain-Python model
+"""Keyed (upsert) and strict inputs (executor/inputs/tables.py) against a plain-Python model
 of upsert tables and multiplicities, on both placements, across a durable restart; the plan
 downstream against the reference interpreter fed the model's ordinary updates."""
 from __future__ import annotations

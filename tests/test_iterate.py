@@ -1,4 +1,4 @@
-"""Iteration to a fixed point (executor/iterate.py, executor/reduce_product.py; on the driver
+"""Iteration to a fixed point (executor/operators/iterate/spark.py, executor/operators/reduce/product.py; on the driver
 placement executor/host.py).
 
 The harness of differential-dataflow's tests/bfs.rs and tests/scc.rs: random graphs whose
@@ -11,12 +11,11 @@ import random
 from collections import Counter, deque
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import examples, outputs_rows, run_against_reference, updates_df
 from executor import PlanError, Runner
-from executor.errors import StepError
+from executor.runtime.errors import StepError
 from plans import Dataflow
 from plans.examples import graphs
 from plans.semantics import accumulate
@@ -320,11 +319,11 @@ def reduce_at_grid(spark, conf, reduction, updates, cut):
     """Feed a reduction updates at product times (epoch, iteration) in two steps (epochs
     below / from `cut`), each round by round in the iteration coordinate, as an iterate's
     rounds do; return its emitted changes."""
-    from executor import reduce_product
-    from executor.iterate import enter
-    from executor.spine import materialise
+    from executor.arrange.spine import materialise
+    from executor.arrange.trace import Trace, View, arrange
+    from executor.operators.iterate.spark import enter
+    from executor.operators.reduce import product as reduce_product
     from executor.time import ITERATION
-    from executor.trace import Trace, View, arrange
 
     cols = ["time", ITERATION]
     flow = Dataflow()
@@ -392,7 +391,7 @@ def check_grid(spark, conf, kind, updates, cut):
 def test_reductions_at_product_times_equal_recomputation_at_every_grid_time(spark, conf, kind,
                                                                             tasks, monkeypatch):
     """Small rounds run in one task; "partitioned" forces the shuffled plan big rounds use."""
-    from executor import reduce_product
+    from executor.operators.reduce import product as reduce_product
     if tasks == "partitioned":
         monkeypatch.setattr(reduce_product, "SINGLE_TASK_ROWS", -1)
     rng = random.Random(kind)

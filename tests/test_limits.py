@@ -6,8 +6,8 @@ import pytest
 
 from conftest import outputs_rows, updates_df
 from executor import Runner, StepError
-from executor.config import ConfigError
-from executor.limits import OUTPUT_RECORDS_KEY, memory_hint
+from executor.runtime.config import ConfigError
+from executor.runtime.limits import OUTPUT_RECORDS_KEY, memory_hint
 from plans import Dataflow
 
 

@@ -10,13 +10,12 @@ from collections import Counter
 from decimal import Decimal
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from conftest import examples, updates_table
 from executor import Runner
-from executor.config import ConfigError
 from executor.reference import reference, rows_of
+from executor.runtime.config import ConfigError
 from plans import Dataflow, PlanError
 
 DDL = "k BIGINT, g STRING, x DECIMAL(6,2)"

@@ -100,7 +100,7 @@ def test_installed_package_imports_and_finds_its_profiles_from_any_directory(ins
     code = ("import executor, plans, gpu_kernels, plans.optimizer\n"
             "from executor import Runner\n"
             "from plans import Dataflow\n"
-            "from executor.config import load_conf, profile_path\n"
+            "from executor.runtime.config import load_conf, profile_path\n"
             "print(executor.__file__)\n"
             "print(profile_path('cpu'))\n"
             "print(load_conf('cpu')['spark.master'])\n")

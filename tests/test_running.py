@@ -1,15 +1,14 @@
-"""Counts that keep per-key totals instead of their input (executor/running.py), pending
+"""Counts that keep per-key totals instead of their input (executor/operators/reduce/counted.py), pending
 updates known empty where no operator moves times (executor/lateness.py), and a reduction
 over a join stepped with one input left alone."""
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import examples, outputs_rows, run_against_reference, updates_df
 from executor import Runner
 from executor.lateness import late
-from executor.running import counted
+from executor.operators.reduce.counted import counted
 from plans import Dataflow
 
 E, N = "src BIGINT, dst BIGINT", "node BIGINT, w BIGINT"

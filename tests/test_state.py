@@ -1,4 +1,4 @@
-"""Durable state (executor/state.py): a runner on a state directory that is dropped, or dies
+"""Durable state (executor/durability/state.py): a runner on a state directory that is dropped, or dies
 at any point of a commit, and is resumed gives the reference interpreter's answer; the lock
 refuses a second runner; garbage collection keeps exactly what the manifest names."""
 from __future__ import annotations
@@ -9,14 +9,13 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import ROOT, examples, outputs_rows, updates_df
 from executor import InputError, Runner, StateError
-from executor import state as durable
+from executor.arrange.trace import arrange
+from executor.durability import state as durable
 from executor.reference import reference
-from executor.trace import arrange
 from plans import Dataflow
 
 E, N = "src BIGINT, dst BIGINT", "node BIGINT, w BIGINT"
@@ -162,7 +161,7 @@ def test_lock_refuses_a_second_runner(spark, conf, tmp_path):
 
     # another process holds it; once that process is dead (SIGKILL), its lock is taken over
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from executor.state import Lock; "
+        [sys.executable, "-c", "import sys, time; from executor.durability.state import Lock; "
          f"Lock({where!r}); print('held', flush=True); time.sleep(600)"],
         cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE, text=True)
     try:

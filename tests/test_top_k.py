@@ -1,4 +1,4 @@
-"""top_k on the driver as a ranked index (executor/top_k.py): checked three ways (driver
+"""top_k on the driver as a ranked index (executor/operators/reduce/top_k.py): checked three ways (driver
 placement, Spark placement, reference interpreter) on random multi-step streams with negative
 diffs, multiplicities above one, nulls, ties, ASC/DESC and NULLS FIRST/LAST over several order
 keys and expressions, k from 1 to 4, keyed and global, with steps that switch placement; and
@@ -8,8 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import examples, three_ways, updates_table
 from executor import Runner
@@ -74,7 +73,8 @@ def test_a_step_reads_a_few_rows_per_touched_group(spark, conf, monkeypatch):
     """After a load of 4,000 records in two groups, a step of two changes reads the touched
     records' updates and k + 2 index rows per group, not the groups; its output is the change
     of the top k alone."""
-    from executor import mirror, top_k
+    from executor.arrange import mirror
+    from executor.operators.reduce import top_k
 
     flow = Dataflow()
     flow.output("top", flow.input("s", S).map("g", "h", "x").top_k(

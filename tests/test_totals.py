@@ -1,4 +1,4 @@
-"""Abelian reductions as running totals on the driver (executor/totals.py): sum over BIGINT,
+"""Abelian reductions as running totals on the driver (executor/operators/reduce/totals.py): sum over BIGINT,
 INT and DECIMAL columns with nulls and count, several of them over one arrangement, keyed and
 global, checked three ways (driver placement, Spark placement, reference interpreter) on
 random streams with negative diffs; groups that vanish, come back, cancel to zero or hold
@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import examples, outputs_rows, three_ways, updates_table
 from executor import Runner
@@ -89,7 +88,7 @@ def test_groups_that_vanish_cancel_or_hold_nulls(spark, conf):
 def test_a_step_reads_the_totals_it_changes_not_the_groups(spark, conf, monkeypatch):
     """After a load of 4,000 records in two groups, a step of two changes reads a few rows
     of the mirrors (the totals of the keys it touches), not the groups."""
-    from executor import mirror
+    from executor.arrange import mirror
 
     flow = Dataflow()
     s = flow.input("s", S)

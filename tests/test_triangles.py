@@ -54,7 +54,7 @@ def test_timed_stream_matches_recount_at_every_time(spark, conf, tmp_path):
 
 
 def test_bad_edge_lists_are_refused(spark, tmp_path):
-    from executor.errors import InputError
+    from executor.runtime.errors import InputError
 
     bad = tmp_path / "bad.csv"
     bad.write_text("a,dst\n1,2\n")

@@ -35,7 +35,7 @@ step goes to upto=T, the inputs stay open, and the output holds the changes at t
 Each output is written to DIR/NAME/ as Parquet (overwritten): its record columns, `time` and
 `diff`, consolidated.
 
-With `--state STATE_DIR` every step is committed to the state directory (executor/state.py)
+With `--state STATE_DIR` every step is committed to the state directory (executor/durability/state.py)
 before the next starts; a run started again on it (after a crash, say) recognises the steps
 already committed, skips them (`step i/K upto=T seconds=S skipped (committed)`), runs the
 rest and writes the outputs from the committed state, so the output directory is the same
@@ -67,16 +67,15 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from executor.config import ConfigError, kernel_backend
-from executor.errors import InputError, StateError, StepError
+from executor.apps.launch import (CliError, conf_from_args, describe, spark_errors, spark_log,
+                                  starting_spark, stop)
+from executor.apps.progress import progress
+from executor.apps.steps import distinct_times, step_bounds
+from executor.runtime.config import ConfigError, kernel_backend
+from executor.runtime.errors import InputError, StateError, StepError
 from plans import Dataflow, PlanError, ir
 from plans.optimizer import optimize as optimize_plan
 from plans.sql import script as sql_script
-
-from .launch import (CliError, conf_from_args, describe, spark_errors, spark_log, starting_spark,
-                     stop)
-from .progress import progress
-from .steps import distinct_times, step_bounds
 
 EXIT_ERROR = 2
 
@@ -174,7 +173,7 @@ def _parser() -> argparse.ArgumentParser:
 STRICT_HELP = ("every input is strict: a step that would make a record's multiplicity "
                "negative is refused")
 CDC_HELP = ("input NAME (keyed) is read as Debezium change records (op, before, after) from "
-            "JSON lines or Parquet (executor/cdc.py; repeatable)")
+            "JSON lines or Parquet (executor/inputs/cdc.py; repeatable)")
 
 
 def _follow_parser(verbs, conf_help: str, log_help: str) -> None:
@@ -273,10 +272,10 @@ def parse_cdc(names: list[str], paths: dict[str, str], flow: Dataflow) -> list[s
 
 def parse_csv_options(values: list[str], paths: dict[str, str]) -> dict:
     """`--csv-option NAME.KEY=VALUE` values: each named input becomes csv(path, KEY=VALUE,
-    ...) (executor.updates.csv); the others stay paths."""
+    ...) (executor.inputs.updates.csv); the others stay paths."""
     import inspect
 
-    from executor.updates import csv
+    from executor.inputs.updates import csv
     keys = [k for k in inspect.signature(csv).parameters if k != "path"]
     options: dict[str, dict] = {}
     for item in values:
@@ -396,7 +395,7 @@ def cmd_run(args) -> int:
         from executor import Runner  # imports pyspark: only for verbs that run
         runner = Runner(flow, conf=conf, optimize=args.optimize, state=args.state)
     try:
-        from executor import cdc
+        from executor.inputs import cdc
         for name in cdc_inputs:
             sources[name] = cdc.updates(name, cdc.read(name, paths[name]),
                                         runner.input_schemas[name], list(flow.inputs[name].key))
@@ -409,8 +408,8 @@ def cmd_run(args) -> int:
 
 
 def cmd_follow(args) -> int:
-    from .follow import Follower, follow_conf
-    from .metrics import Sink
+    from executor.apps.follow import Follower, follow_conf
+    from executor.apps.metrics import Sink
     conf = follow_conf(conf_from_args(args.conf))
     flow = load_plan(args.plan, args.strict)
     folders = parse_inputs(args.input, flow)
@@ -440,9 +439,9 @@ def cmd_follow(args) -> int:
 
 def cmd_demo(args) -> int:
     conf = conf_from_args(args.conf)
-    from . import demo
+    from executor.apps import demo
     with spark_log(args.spark_log), starting_spark():
-        from executor.session import spark_session
+        from executor.runtime.session import spark_session
         spark = spark_session(conf)
     try:
         with spark_errors(lambda e: StepError(f"demo failed: {e}")):
@@ -460,9 +459,9 @@ def cmd_triangles(args) -> int:
     conf = conf_from_args(args.conf)
     if not os.path.exists(args.edges):
         raise InputError("edges", "-", "file not found", args.edges)
-    from . import triangles
+    from executor.apps import triangles
     with spark_log(args.spark_log), starting_spark():
-        from executor.session import spark_session
+        from executor.runtime.session import spark_session
         spark = spark_session(conf)
     try:
         with spark_errors(lambda e: StepError(f"triangles failed: {e}")):
@@ -479,7 +478,7 @@ def cmd_triangles(args) -> int:
 
 
 def cmd_gpu_check(args) -> int:
-    from .gpu_check import NoGpu, run
+    from executor.apps.gpu_check import NoGpu, run
     try:
         return run(args)
     except NoGpu as e:
@@ -488,9 +487,9 @@ def cmd_gpu_check(args) -> int:
 
 
 def _check_path(name: str, path: str) -> None:
-    """The checks of executor.updates.read_source that need no Spark: the file exists and is
+    """The checks of executor.inputs.updates.read_source that need no Spark: the file exists and is
     Parquet or CSV."""
-    from executor.updates import _format
+    from executor.inputs.updates import _format
     if not os.path.exists(path):
         raise InputError(name, "-", "file not found", path)
     _format(name, path)
@@ -503,12 +502,11 @@ def run_plan(runner, paths: dict, output: str, steps: int = 1,
     their distinct times (up to `upto` when given), close when `close`, write every output
     to `output`/NAME/."""
     from pyspark import StorageLevel
-    from pyspark.sql import DataFrame
-    from pyspark.sql import functions as F
+    from pyspark.sql import DataFrame, functions as F
 
-    from executor.state import crash_point
+    from executor.durability.state import crash_point
+    from executor.inputs.updates import normalise, read_source
     from executor.time import TIME
-    from executor.updates import normalise, read_source
 
     frames: dict[str, DataFrame] = {}
     for name, path in paths.items():

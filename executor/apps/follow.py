@@ -39,13 +39,12 @@ from typing import Optional
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from executor.arrivals import completed, step_tables
-from executor.config import OUTPUT_HISTORY_KEY
-from executor.errors import InputError
-from executor.state import fsync_file
+from executor.apps.metrics import step_record
+from executor.durability.state import fsync_file
+from executor.inputs.arrivals import completed, step_tables
+from executor.runtime.config import OUTPUT_HISTORY_KEY
+from executor.runtime.errors import InputError
 from executor.time import TIME
-
-from .metrics import step_record
 
 OUTPUT_FILE = "step-{:012d}.parquet"
 
@@ -62,7 +61,7 @@ class Follower:
     def __init__(self, runner, folders: dict[str, str], output: str, say=print,
                  metrics=None, cdc=()):
         """`metrics`: called with each step's record (executor/apps/metrics.py); `cdc`:
-        inputs whose files are Debezium change records (executor/cdc.py)."""
+        inputs whose files are Debezium change records (executor/inputs/cdc.py)."""
         self.runner, self.folders, self.output, self.say = runner, folders, output, say
         self.metrics, self.cdc = metrics, set(cdc)
         self.read = set()  # (input, file name) of every committed step
@@ -117,13 +116,13 @@ class Follower:
         with `time` (the frontier) and `diff` (+1) when absent."""
         path = os.path.join(self.folders[name], file)
         if name in self.cdc:
-            from executor import cdc
+            from executor.inputs import cdc
             table = cdc.updates(name, cdc.read(name, path), self.runner.input_schemas[name],
                                 list(self.runner.flow.inputs[name].key))
         elif file.endswith(".parquet"):
             table = pq.read_table(path)
         elif file.endswith((".csv", ".csv.gz")):
-            from executor.updates import read_source
+            from executor.inputs.updates import read_source
             table = read_source(self.runner.spark, name, path,
                                 self.runner.input_schemas[name]).toArrow()
         else:

@@ -222,9 +222,8 @@ def run(args) -> int:
     print(f"kernel test suites on cupy: {summary}", flush=True)
     ok &= suite_ok
 
-    from executor.session import spark_session
-
-    from .launch import conf_from_args, spark_log
+    from executor.apps.launch import conf_from_args, spark_log
+    from executor.runtime.session import spark_session
 
     conf = conf_from_args(["gpu", "spark.log.level=WARN", *args.conf])
     log = Path(args.spark_log or Path(tempfile.gettempdir()) / "diffspark-gpu-check.log")

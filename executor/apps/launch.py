@@ -11,7 +11,7 @@ import tempfile
 import warnings
 from typing import Optional
 
-from executor.config import load_conf
+from executor.runtime.config import load_conf
 
 
 class CliError(ValueError):
@@ -20,7 +20,7 @@ class CliError(ValueError):
 
 def conf_from_args(values: list[str]) -> dict[str, str]:
     """`--conf` values: one profile (cpu, gpu, a .conf path; default cpu) and key=value
-    overrides, merged by executor.config.load_conf."""
+    overrides, merged by executor.runtime.config.load_conf."""
     profiles = [v for v in values if "=" not in v]
     overrides = [v for v in values if "=" in v]
     if len(profiles) > 1:

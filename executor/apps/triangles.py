@@ -4,7 +4,7 @@ Edges are undirected: (a, b) and (b, a) are one edge, self loops are ignored, an
 present at time t while its accumulated multiplicity (either direction) is positive. So the
 dataflow normalises each update to (least, greatest), drops loops, takes `distinct`, and
 counts `tri(x) :- u(x, y), u(y, z), u(x, z)` over the oriented edges u (x < y < z): each
-triangle once, maintained by the delta-query executor (executor/wcoj.py). The head keeps x
+triangle once, maintained by the delta-query executor (executor/operators/query/spark.py). The head keeps x
 alone because only the count is wanted: y and z are summed out as they are bound, so a big
 step never holds its triangles listed (9.1M of them in a 1M-edge R-MAT graph's first step).
 
@@ -18,16 +18,14 @@ import os
 import time as clock
 from typing import Optional
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession, functions as F
 
-from executor.errors import InputError
+from executor.apps.progress import progress
+from executor.apps.steps import step_bounds
+from executor.inputs.updates import probe_file
+from executor.runtime.errors import InputError
 from executor.time import DIFF, TIME
-from executor.updates import probe_file
 from plans import Dataflow
-
-from .progress import progress
-from .steps import step_bounds
 
 NAME = "edges"
 TRIANGLES = "tri(x, y, z) :- u(x, y), u(y, z), u(x, z)"
@@ -129,7 +127,7 @@ def incremental(spark, conf: dict, edges: DataFrame, steps: int,
     """Feed a timed edge stream to the triangle dataflow in `steps` steps; (runner, distinct
     input times, triangle count at each)."""
     from executor import Runner
-    from executor.updates import normalise
+    from executor.inputs.updates import normalise
 
     runner = Runner(triangle_flow(), conf=conf, spark=spark)
     schema = runner.input_schemas[NAME]

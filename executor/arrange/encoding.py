@@ -1,0 +1,212 @@
+"""Record columns as int64 codes, so the driver's array kernels handle every column type.
+
+The kernels (gpu_kernels: consolidate, sort, search, intersect) work on int64 arrays. A column
+of any type the builder accepts is encoded to one int64 code per value, equal iff the values
+are equal under Spark's grouping and join semantics (-0.0 = 0.0, NaN = NaN):
+- integers, booleans, DATE (days), TIMESTAMP (microseconds) and DECIMAL (the unscaled value
+  at the column's scale) as themselves, so their codes also sort as the values do;
+- DOUBLE and FLOAT as their IEEE bits turned into an order-preserving integer (NaN last, as
+  Spark orders it);
+- STRING and BINARY as codes of a dictionary kept for the runner's lifetime (one per kind, so
+  two columns of a join share codes); these codes do not follow the values' order, and the
+  ordered reductions rank the decoded values instead (`order_keys`).
+Null is NULL_CODE (int64 min) in every column, so nulls group together and sort first. A
+value that has no code (a BIGINT equal to int64 min, a DECIMAL beyond int64, a nested type)
+raises NoCode: the step then runs on Spark, never with a wrong code.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.pandas.types import to_arrow_type
+from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, DateType, DecimalType,
+                               DoubleType, FloatType, IntegerType, LongType, ShortType, StringType,
+                               TimestampNTZType, TimestampType)
+
+NULL_CODE = np.iinfo(np.int64).min
+_SIGN = np.int64(np.iinfo(np.int64).max)
+INTEGRAL = (ByteType, ShortType, IntegerType, LongType)  # Spark integer types
+_TEMPORAL = (DateType, TimestampType, TimestampNTZType)
+
+
+class NoCode(Exception):
+    """A value or type without an int64 code: the step runs on Spark."""
+
+
+class Encoder:
+    """Encodes and decodes record columns; holds the dictionaries of STRING and BINARY values
+    (append-only: a code once given never changes meaning)."""
+
+    def __init__(self):
+        self._values: dict[str, list] = {"string": [], "binary": []}
+        self._codes: dict[str, dict] = {"string": {}, "binary": {}}
+        self._chunks: dict[str, list] = {"string": [], "binary": []}
+
+    def size(self) -> int:
+        """Distinct STRING and BINARY values held (the dictionaries only grow)."""
+        return sum(len(v) for v in self._values.values())
+
+    # ------------------------------------------------------------------ encode
+    def encode(self, column: pa.Array | pa.ChunkedArray, kind: DataType) -> np.ndarray:
+        """int64 codes of an Arrow column holding values of Spark type `kind`."""
+        arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        if arr.type != to_arrow_type(kind):
+            arr = arr.cast(to_arrow_type(kind))
+        if isinstance(kind, (*INTEGRAL, BooleanType, *_TEMPORAL)):
+            codes = _integers(arr)
+            if isinstance(kind, LongType) and arr.null_count < len(arr) and \
+                    pc.min(arr).as_py() == NULL_CODE:
+                raise NoCode("a BIGINT equal to the null code (int64 min)")
+        elif isinstance(kind, DecimalType):
+            codes = _unscaled(arr)
+        elif isinstance(kind, (DoubleType, FloatType)):
+            codes = float_codes(arr.cast(pa.float64()).fill_null(0.0)
+                                .to_numpy(zero_copy_only=False))
+        elif isinstance(kind, (StringType, BinaryType)):
+            codes = self._dictionary(arr, _dict_kind(kind))
+        else:
+            raise NoCode(f"a column of type {kind.simpleString()}")
+        if arr.null_count:
+            codes[np.asarray(arr.is_null())] = NULL_CODE
+        return codes
+
+    def _column(self, kind: str, target: pa.DataType) -> pa.ChunkedArray:
+        """The dictionary's values as Arrow, extended by the values added since last asked
+        (chunks are combined now and then, so a take stays cheap)."""
+        chunks, values = self._chunks[kind], self._values[kind]
+        have = sum(len(c) for c in chunks)
+        if have < len(values):
+            chunks.append(pa.array(values[have:], type=target))
+            if len(chunks) > 32:
+                chunks[:] = [pa.chunked_array(chunks).combine_chunks()]
+        return pa.chunked_array(chunks, type=target)
+
+    def _dictionary(self, arr: pa.Array, kind: str) -> np.ndarray:
+        codes, values = self._codes[kind], self._values[kind]
+        encoded = arr.dictionary_encode()  # each distinct value looked up once
+        known = []
+        for v in encoded.dictionary.to_pylist():
+            code = codes.get(v)
+            if code is None:
+                code = codes[v] = len(values)
+                values.append(v)
+            known.append(code)
+        index = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
+        return np.asarray(known, dtype=np.int64)[index] if known else \
+            np.zeros(len(arr), dtype=np.int64)
+
+    # ------------------------------------------------------------------ decode
+    def decode(self, codes: np.ndarray, kind: DataType) -> pa.Array:
+        """The Arrow column (Spark's Arrow type for `kind`) the codes stand for."""
+        codes = np.asarray(codes, dtype=np.int64)
+        null = codes == NULL_CODE
+        mask = null if null.any() else None
+        target = to_arrow_type(kind)
+        if isinstance(kind, (StringType, BinaryType)):
+            values = self._column(_dict_kind(kind), target)
+            if not len(codes):
+                return pa.array([], type=target)
+            out = values.take(pa.array(np.where(null, 0, codes), mask=mask))
+            return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
+        if isinstance(kind, DecimalType):
+            return _decimals(np.where(null, 0, codes), kind, mask)
+        if isinstance(kind, (DoubleType, FloatType)):
+            values = float_values(np.where(null, 0, codes))
+            return pa.array(values, mask=mask).cast(target)
+        if isinstance(kind, BooleanType):
+            return pa.array(codes != 0, mask=mask)
+        if isinstance(kind, _TEMPORAL):
+            base = pa.array(codes, mask=mask)
+            return (base.cast(pa.int32()) if pa.types.is_date32(target) else base).cast(target)
+        return pa.array(codes, mask=mask).cast(target)
+
+
+def fits(column: pa.Array | pa.ChunkedArray, kind: DataType) -> bool:
+    """Whether an Arrow column of `kind`'s Arrow type holds only values of `kind`: a
+    decimal128 column may hold more digits than its declared precision."""
+    if not isinstance(kind, DecimalType):
+        return True
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    try:
+        unscaled = _unscaled(arr)
+    except NoCode:
+        return kind.precision > 18  # beyond int64: Spark's own checks decide
+    return kind.precision > 18 or bool(np.all(np.abs(unscaled) < 10 ** kind.precision))
+
+
+def ordered(kind: DataType) -> bool:
+    """Whether codes of this type sort as the values do (Spark's order, nulls first)."""
+    return not isinstance(kind, (StringType, BinaryType))
+
+
+def order_keys(encoder: Encoder, codes: np.ndarray, kind: DataType) -> np.ndarray:
+    """int64 keys that sort as the coded values do in Spark's ascending order, nulls first."""
+    if ordered(kind):
+        return np.asarray(codes, dtype=np.int64)
+    return rank(encoder.decode(codes, kind), descending=False, nulls_first=True)
+
+
+def rank(values: pa.Array, descending: bool, nulls_first: bool) -> np.ndarray:
+    """Dense int64 ranks of Arrow values in the given order (equal values, equal ranks)."""
+    if descending:
+        nulls_first = not nulls_first  # ranked ascending, then negated
+    ranks = pc.rank(values, sort_keys="ascending", null_placement=
+                    "at_start" if nulls_first else "at_end", tiebreaker="dense")
+    out = ranks.to_numpy(zero_copy_only=False).astype(np.int64)
+    return -out if descending else out
+
+
+def _dict_kind(kind: DataType) -> str:
+    return "binary" if isinstance(kind, BinaryType) else "string"
+
+
+def _integers(arr: pa.Array) -> np.ndarray:
+    if pa.types.is_boolean(arr.type):
+        arr = arr.cast(pa.int8())
+    elif pa.types.is_date32(arr.type):
+        arr = arr.view(pa.int32())
+    elif pa.types.is_timestamp(arr.type):
+        arr = arr.view(pa.int64())
+    return arr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _unscaled(arr: pa.Array) -> np.ndarray:
+    """The unscaled values of a decimal128 array as int64 (NoCode beyond int64)."""
+    if not pa.types.is_decimal128(arr.type):
+        raise NoCode(f"a decimal stored as {arr.type}")
+    words = np.frombuffer(arr.buffers()[1], dtype=np.int64)[2 * arr.offset:
+                                                            2 * (arr.offset + len(arr))]
+    low, high = words[0::2].copy(), words[1::2]
+    valid = np.ones(len(arr), dtype=bool) if not arr.null_count else \
+        ~np.asarray(arr.is_null())
+    if np.any(valid & (high != (low >> 63))):
+        raise NoCode("a DECIMAL beyond the int64 range")
+    low[~valid] = 0
+    if np.any(valid & (low == NULL_CODE)):
+        raise NoCode("a DECIMAL equal to the null code (int64 min)")
+    return low
+
+
+def _decimals(unscaled: np.ndarray, kind: DecimalType, mask) -> pa.Array:
+    words = np.empty(2 * len(unscaled), dtype=np.int64)
+    words[0::2], words[1::2] = unscaled, unscaled >> 63
+    validity = None if mask is None else pa.array(~mask).buffers()[1]
+    return pa.Array.from_buffers(pa.decimal128(kind.precision, kind.scale), len(unscaled),
+                                 [validity, pa.py_buffer(words.tobytes())],
+                                 null_count=-1 if mask is not None else 0)
+
+
+def float_codes(x: np.ndarray) -> np.ndarray:
+    """Order-preserving int64 codes of float64 values."""
+    x = np.asarray(x, dtype=np.float64)
+    x = np.where(x == 0.0, 0.0, x)  # -0.0 groups with 0.0, as Spark normalises it
+    x = np.where(np.isnan(x), np.float64("nan"), x)  # one NaN
+    bits = x.view(np.int64)
+    return np.where(bits < 0, bits ^ _SIGN, bits)
+
+
+def float_values(codes: np.ndarray) -> np.ndarray:
+    """The float64 values of float_codes."""
+    bits = np.where(codes < 0, codes ^ _SIGN, codes)
+    return bits.view(np.float64)

@@ -1,0 +1,172 @@
+"""Host mirrors of traces: an arrangement's updates as sorted integer arrays on the driver.
+
+A small step touches a few keys of arrangements that hold millions of updates; reading them
+through Spark costs jobs that scan every batch. A mirror holds the same updates as runs of
+arrays (numpy, or cupy on a GPU) sorted by (keys, values, time), merged geometrically by the
+trace's own Spine rule and compacted to the same `since`, so a lookup is a few binary
+searches per run (executor/host.py). While driver steps append to it, the mirror is the
+trace's storage: Spark receives it (decoded, arranged once) only when a Spark step or a
+reader of Spark batches next needs the trace (Trace.synced), so no second copy of the
+driver's updates is kept for Spark.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial, reduce
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from executor.arrange.spine import Spine
+from executor.time import DIFF, TIME
+from gpu_kernels import consolidate, equal_range, neighbours, to_numpy
+
+
+@dataclass(frozen=True)
+class Run:
+    """Updates sorted by (columns, time), consolidated: `cols` follow Mirror.columns."""
+
+    cols: tuple
+    t: object
+    d: object
+
+    @property
+    def size(self) -> int:
+        return int(self.t.shape[0])
+
+
+def run_of(xp, cols, t, d, since: int | None = None) -> Run:
+    """The consolidated, sorted run of updates; times below `since` advance to it."""
+    if since is not None:
+        t = xp.maximum(t, xp.asarray(since, dtype=t.dtype))
+    keys, d = consolidate(xp, [*cols, t], d)
+    return Run(tuple(keys[:-1]), keys[-1], d)
+
+
+class Mirror:
+    """A trace's updates on the host: `columns` are its record columns, keys first.
+    `schema` (the trace's updates as Spark has them: records in their order, time, diff) and
+    `encoder` decode the mirror back to Arrow (`table`). Reads see only times below `upper`
+    (an importing runner's view, executor/host.py)."""
+
+    def __init__(self, xp, columns: list[str], nkeys: int, spine: Spine | None = None,
+                 schema: StructType | None = None, encoder=None, upper: int | None = None):
+        self.xp, self.columns, self.nkeys = xp, list(columns), nkeys
+        self.spine = spine if spine is not None else Spine(slack=4, combine=partial(_concat, xp))
+        self.schema, self.encoder, self.upper = schema, encoder, upper
+
+    def _with(self, spine: Spine, upper: int | None = None) -> "Mirror":
+        return Mirror(self.xp, self.columns, self.nkeys, spine, self.schema, self.encoder,
+                      upper)
+
+    @classmethod
+    def of(cls, xp, frames: list[DataFrame], columns: list[str], nkeys: int, encoder,
+           schema: StructType) -> "Mirror":
+        """The mirror of a trace's batches (updates with `schema`), read in one Spark job
+        and encoded (executor/arrange/encoding.py; NoCode for what has no code)."""
+        mirror = cls(xp, columns, nkeys, schema=schema, encoder=encoder)
+        if not frames:
+            return mirror
+        frame = reduce(DataFrame.union, frames).select(*columns, TIME, DIFF)
+        table = frame.toArrow()
+        kinds = [f.dataType for f in frame.schema.fields]
+        arrays = [xp.asarray(encoder.encode(table.column(i), kinds[i]))
+                  for i in range(len(columns))]
+        arrays += [xp.asarray(table.column(c).to_numpy().astype(np.int64)) for c in (TIME, DIFF)]
+        run = run_of(xp, arrays[:-2], arrays[-2], arrays[-1])
+        mirror.spine = mirror.spine.appended(run, run.size) if run.size else mirror.spine
+        return mirror
+
+    @property
+    def size(self) -> int:
+        return sum(r.size for _, r in self.spine.batches)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the runs' arrays: (columns + time + diff) x 8 per update held."""
+        return sum(int(a.nbytes) for _, r in self.spine.batches for a in (*r.cols, r.t, r.d))
+
+    def appended(self, run: Run, since: int) -> "Mirror":
+        """A new mirror with `run` added; merges advance times below `since`."""
+        if not run.size:
+            return self
+        # the spine's functions hold no mirror: a new mirror referring to its predecessor
+        # kept every mirror ever made alive, a chain growing with each step (issue 20)
+        spine = Spine(partial(_compacted, self.xp, since), 4, partial(_concat, self.xp))
+        spine.batches = list(self.spine.batches)
+        return self._with(spine.appended(run, run.size))
+
+    def reading(self, run: Run) -> "Mirror":
+        """The mirror with `run` as one more run, unmerged: a step reads its own updates
+        apart from the older ones, which a merge may advance to the step's times."""
+        spine = Spine(slack=self.spine.slack, combine=partial(_concat, self.xp))
+        spine.batches = self.spine.batches + ([(run.size, run)] if run.size else [])
+        return self._with(spine)
+
+    def table(self) -> pa.Table:
+        """Every update held, decoded to Arrow in the trace's column order (an iterate
+        scope's iteration is one of the mirror's columns)."""
+        run = self.all()
+        raw = {TIME: run.t, DIFF: run.d}
+        arrays = [pa.array(to_numpy(self.xp, raw[f.name]), type=pa.int64()) if f.name in raw
+                  else self.encoder.decode(to_numpy(self.xp, run.cols[self.columns.index(f.name)]),
+                                           f.dataType) for f in self.schema.fields]
+        return pa.Table.from_arrays(arrays, schema=to_arrow_schema(self.schema))
+
+    def below(self, upper: int) -> "Mirror":
+        """The same runs, read only at times below `upper` (filtered per lookup: no copy)."""
+        return self._with(self.spine, upper)
+
+    def all(self) -> Run:
+        """Every update (below `upper`)."""
+        return self._concat_all([r for _, r in self.spine.batches])
+
+    def rows(self, asked: list) -> Run:
+        """Every update whose first len(asked) columns equal one of the asked tuples
+        (`asked`: one array per column, keys first; repeats allowed); all updates for a
+        mirror without keys. Each run is searched (binary searches per asked tuple), so a
+        lookup costs the rows found, not the rows that share a first column."""
+        xp = self.xp
+        runs = [r for _, r in self.spine.batches]
+        if self.nkeys == 0 or not runs:
+            return self._concat_all(runs)
+        if asked[0].shape[0] == 0:
+            return self._concat_all([])
+        width = len(asked)
+        asked = [xp.unique_values(asked[0])] if width == 1 else \
+            consolidate(xp, list(asked), xp.ones_like(asked[0]))[0]
+        parts = []
+        for run in runs:
+            lo = xp.searchsorted(run.cols[0], asked[0], side="left")
+            hi = xp.searchsorted(run.cols[0], asked[0], side="right")
+            if width > 1:
+                lo, hi = equal_range(xp, run.cols[1:width], lo, hi, tuple(asked[1:]))
+            _, rows = neighbours(xp, xp.arange(run.size, dtype=xp.int64), lo, hi)
+            parts.append(Run(tuple(xp.take(c, rows) for c in run.cols), xp.take(run.t, rows),
+                             xp.take(run.d, rows)))
+        return self._concat_all(parts)
+
+    def _concat_all(self, runs: list[Run]) -> Run:
+        xp = self.xp
+        if not runs:
+            empty = xp.zeros(0, dtype=xp.int64)
+            return Run(tuple(empty for _ in self.columns), empty, empty)
+        run = reduce(partial(_concat, xp), runs)
+        if self.upper is None:
+            return run
+        rows = xp.nonzero(run.t < self.upper)[0]
+        return Run(tuple(xp.take(c, rows) for c in run.cols), xp.take(run.t, rows),
+                   xp.take(run.d, rows))
+
+
+def _compacted(xp, since: int, run: Run, _size: int) -> tuple[Run, int]:
+    merged = run_of(xp, run.cols, run.t, run.d, since)
+    return merged, merged.size
+
+
+def _concat(xp, a: Run, b: Run) -> Run:
+    return Run(tuple(xp.concat([x, y]) for x, y in zip(a.cols, b.cols)),
+               xp.concat([a.t, b.t]), xp.concat([a.d, b.d]))

@@ -1,0 +1,200 @@
+"""A spine: the batches of an append-only collection of updates, merged geometrically.
+
+Like an LSM tree: once more than `slack` batches are held, a new batch merges with the last
+while the last is no larger than twice it (sizes in records, or in steps where counting
+would cost a job), so n appended units leave O(log n) batches and each unit is re-merged
+O(log n) times; up to `slack` small batches stay unmerged because each merge is a Spark job.
+Merging cuts lineage (localCheckpoint): without it, plans grow with every step until the
+driver runs out of heap.
+"""
+from __future__ import annotations
+
+from functools import reduce
+from typing import Callable, Optional, TypeVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+
+T = TypeVar("T")
+
+# Checkpointed batches are kept serialized (Kryo, spilling to disk): the triangle benchmark's
+# 3.3M arranged records take 29.7 MiB instead of 314 MiB as row objects (a row object and a
+# byte array each), and a read pays a deserialization. Traces are long-lived and mostly cold
+# once the driver serves small steps (executor/host.py), so their footprint is what counts.
+STORAGE = StorageLevel.MEMORY_AND_DISK
+
+
+def checkpoint(df: DataFrame, eager: bool) -> DataFrame:
+    """`df` computed (now, or by the first job that reads it) and kept, lineage cut."""
+    return df.localCheckpoint(eager, STORAGE)
+
+
+def materialise(df: DataFrame) -> DataFrame:
+    """Compute `df` once and cut its lineage."""
+    return checkpoint(df, eager=True)
+
+
+def detached(df: DataFrame) -> DataFrame:
+    """A materialised frame without the size estimate Spark copies into a checkpoint from the
+    plan that computed it. Joins estimate their size as the product of their inputs', so in
+    a loop that feeds each round's checkpoint into the next round's joins the estimate's
+    digits grow exponentially and planning stalls on BigInteger products (an iterate scope,
+    seen in a jstack). The frame loses its known partitioning: only for unarranged data."""
+    from pyspark.sql.classic.dataframe import DataFrame as Classic
+
+    session = df.sparkSession
+    rows = df._jdf.queryExecution().toRdd()
+    return Classic(session._jsparkSession.internalCreateDataFrame(rows, df._jdf.schema(), False),
+                   session)
+
+
+def is_computed(df: DataFrame) -> bool:
+    """Whether `df` needs no job to be read once: rows held by the driver's plan
+    (createDataFrame) or a checkpoint (an operator that materialised its own result)."""
+    return df._jdf.queryExecution().analyzed().getClass().getSimpleName() in (
+        "LocalRelation", "LogicalRDD")
+
+
+def materialise_with(df: DataFrame, action: Callable[[DataFrame], T]) -> tuple[DataFrame, T]:
+    """materialise and run `action` (which reads every row) in the same single job: the
+    action is what computes the checkpoint."""
+    frame = checkpoint(df, eager=False)
+    return frame, action(frame)
+
+
+def materialise_counted(df: DataFrame) -> tuple[DataFrame, int]:
+    """materialise and count in the same single job."""
+    return materialise_with(df, DataFrame.count)
+
+
+def materialise_all(frames: list[DataFrame]) -> list[DataFrame]:
+    """Materialise several frames (a step's outputs) as concurrent Spark jobs, so their
+    scheduling overheads overlap. (One job over a tagged union of all frames was tried: its
+    tasks each carry every frame's plan, which is ruinous for plans with many joins.)"""
+    if len(frames) <= 1:
+        return [materialise(f) for f in frames]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(8, len(frames))) as pool:
+        return list(pool.map(materialise, frames))
+
+
+class Spine:
+    """Batches are DataFrames unless `combine` says how to join two of another kind (the
+    host mirror's array runs, executor/arrange/mirror.py)."""
+
+    def __init__(self, merge: Optional[Callable[[DataFrame, int], tuple[DataFrame, int]]] = None,
+                 slack: int = 8, combine: Callable = DataFrame.unionByName, fresh: int = 0):
+        self.batches: list[tuple[int, DataFrame]] = []
+        # (union of two batches, their summed size) -> (materialised batch, its size); a
+        # trace's merge compacts and consolidates, so the size can shrink
+        self.merge = merge or (lambda df, size: (materialise(df), size))
+        self.slack = slack
+        self.combine = combine
+        self.fresh = fresh  # the newest batches, never merged (a merge may rewrite times)
+
+    def appended(self, batch: DataFrame, size: int = 1) -> "Spine":
+        """A new spine with `batch` added (the old one is left intact: steps commit whole)."""
+        out = Spine(self.merge, self.slack, self.combine, self.fresh)
+        batches = self.batches + [(size, batch)]
+        top = len(batches) - self.fresh
+        while top > self.slack and batches[top - 2][0] <= 2 * batches[top - 1][0]:
+            (s1, b1), (s2, b2) = batches[top - 2:top]
+            merged, size = self.merge(self.combine(b1, b2), s1 + s2)
+            batches[top - 2:top] = [(size, merged)]
+            top -= 1
+        out.batches = batches
+        return out
+
+    def union(self) -> Optional[DataFrame]:
+        table = self.table()
+        if table is not None:  # one local relation: reading it runs no Spark job
+            return as_frame(table)
+        frames = [as_frame(b) for _, b in self.batches]
+        return reduce(DataFrame.unionByName, frames) if frames else None
+
+    def table(self) -> Optional[pa.Table]:
+        """Every batch as one Arrow table where all are Arrow tables of one schema (the
+        driver's steps), else None (none held, or a Spark frame among them)."""
+        tables = [b for _, b in self.batches]
+        if not tables or not all(isinstance(b, pa.Table) and b.schema.equals(tables[0].schema)
+                                 for b in tables):
+            return None
+        return pa.concat_tables(tables)
+
+
+def as_frame(batch) -> DataFrame:
+    """A batch as a Spark frame: an Arrow table becomes local rows (no job)."""
+    return SparkSession.active().createDataFrame(batch) if isinstance(batch, pa.Table) else batch
+
+
+def as_table(batch, limit: int) -> Optional[pa.Table]:
+    """A batch as Arrow for the driver: a Spark frame's rows (one job), or None when it
+    holds more than `limit`."""
+    if isinstance(batch, pa.Table):
+        return batch
+    table = batch.limit(limit + 1).toArrow()
+    return table if table.num_rows <= limit else None
+
+
+def _log_combine(a, b):
+    """Two batches of an output log: Arrow tables (the driver's steps) concatenate without
+    Spark; anything with a Spark frame unions."""
+    if isinstance(a, pa.Table) and isinstance(b, pa.Table):
+        return pa.concat_tables([a, b])
+    return as_frame(a).unionByName(as_frame(b))
+
+
+def _log_merge(batch, size: int):
+    return (batch, size) if isinstance(batch, pa.Table) else (materialise(batch), size)
+
+
+def summed(table: pa.Table, records: list[str], aggregates: list[tuple[str, str]],
+           names: list[str]) -> Optional[pa.Table]:
+    """`table` grouped by its record columns as Spark groups them (null a group of its own,
+    -0.0 and 0.0 one key, every NaN one key), with `aggregates` named `names`; groups whose
+    last aggregate (a summed diff) is 0 dropped. None where a record column is nested
+    (Arrow cannot group by it): the caller asks Spark."""
+    keys = table.select(records).schema
+    if any(pa.types.is_nested(f.type) for f in keys):
+        return None
+    for f in keys:
+        if pa.types.is_floating(f.type):
+            x = table.column(f.name)
+            x = pc.if_else(pc.equal(x, 0), pa.scalar(0, f.type), x)
+            x = pc.if_else(pc.is_nan(x), pa.scalar(float("nan"), f.type), x)
+            table = table.set_column(table.schema.get_field_index(f.name), f.name, x)
+    out = table.group_by(records, use_threads=False).aggregate(aggregates).rename_columns(
+        records + names)
+    return out.filter(pc.not_equal(out[names[-1]], 0))
+
+
+def _log_compact(batch, size: int):
+    """A merge that keeps only the present: each record's changes summed at its latest time,
+    records whose changes cancel dropped (conf diffspark.output.history=current)."""
+    from executor.time import DIFF, TIME
+    records = [c for c in (batch.column_names if isinstance(batch, pa.Table) else batch.columns)
+               if c not in (TIME, DIFF)]
+    table = summed(batch, records, [(TIME, "max"), (DIFF, "sum")], [TIME, DIFF]) \
+        if isinstance(batch, pa.Table) else None
+    if table is not None:
+        return table.select(batch.column_names).cast(batch.schema), size
+    from pyspark.sql import functions as F
+    frame = as_frame(batch)
+    grouped = (frame.groupBy(*[F.col(f"`{c}`") for c in records])
+               .agg(F.max(TIME).alias(TIME), F.sum(DIFF).alias(DIFF))
+               .where(F.col(DIFF) != 0).select(*[F.col(f"`{c}`") for c in frame.columns]))
+    return materialise(grouped), size
+
+
+def output_log(history: str = "all") -> Spine:
+    """An output's log of final changes: Spark frames and Arrow tables, merged
+    geometrically; a driver step's tables reach Spark only when the log is read. With
+    history "current" (executor/runtime/config.py output_history) merges consolidate, so the log
+    holds the output's present contents plus the newest step's changes as they were (the
+    ones `follow` rewrites after a crash)."""
+    if history == "current":
+        return Spine(_log_compact, combine=_log_combine, fresh=1)
+    return Spine(_log_merge, combine=_log_combine)

@@ -1,0 +1,186 @@
+"""Arrangements and traces (DESIGN.md section 5, "Making arrangements").
+
+`arrange` turns an update stream into an arranged batch: hash-partitioned by the key into the
+runner's P partitions, consolidated, sorted by (key, value, time) within partitions and
+materialised, so Spark knows its partitioning and ordering and joins between arrangements need
+no Exchange and no Sort. A `Trace` is a spine of such batches plus the frontier `since` that
+its readers still need to distinguish: merging advances times to `since` and consolidates, so
+a collection that keeps inserting and retracting the same records stays small.
+`View` is what operators read in a step: the batches before it (`old`) and its new ones
+(`delta`), possibly filtered by time for an importing dataflow.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import reduce
+from typing import Optional
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession, functions as F
+
+from executor.arrange.mirror import Mirror
+from executor.arrange.spine import Spine, materialise_counted
+from executor.operators.linear.spark import q, record_columns
+from executor.time import DIFF
+
+
+def arrange(df: DataFrame, keys: list[str], time_cols: list[str], partitions: int,
+            since: Optional[int] = None) -> tuple[DataFrame, int]:
+    """The arranged (and, given `since`, compacted) form of an update stream, materialised,
+    and its record count."""
+    records = record_columns(df, time_cols)
+    values = [c for c in records if c not in keys]
+    if since is not None:
+        df = df.withColumn(time_cols[0], F.greatest(F.col(q(time_cols[0])), F.lit(since)))
+    parted = df.repartition(partitions, *map(q, keys)) if keys else df.repartition(1)
+    consolidated = (parted.groupBy(*map(q, records + time_cols)).agg(F.sum(DIFF).alias(DIFF))
+                    .where(F.col(DIFF) != 0))
+    return materialise_counted(consolidated.sortWithinPartitions(*map(q, keys + values + time_cols)))
+
+
+@dataclass
+class Trace:
+    """A spine of arranged batches with the frontiers `since` (times below it are advanced
+    to it on merge) and `upper` (every update at a time below it is in the trace).
+
+    Steps run on the driver (executor/host.py) update `mirror`, the trace's host copy, and
+    mark the Spark batches `stale`: the mirror then holds every update, and the first reader
+    of `batches` replaces them by the mirror, decoded and arranged as one Spark batch. A
+    Spark step's append drops the mirror (rebuilt on demand). A durable runner's driver
+    steps also leave their own updates in `unsynced` ((rows, a function that decodes them to
+    Arrow) per batch), which the state directory writes as the trace's batches after the
+    Spark ones (executor/durability/state.py); host_appended keeps them bounded.
+    `totals` holds what the driver's abelian reductions keep per key of this trace
+    (executor/operators/reduce/totals.py); a Spark step's append drops them with the mirror."""
+
+    keys: list[str]
+    time_cols: list[str]
+    partitions: int
+    spine: Spine = None
+    since: int = -1
+    upper: int = 0
+    holds: dict = field(default_factory=dict)  # reader handle id -> its since
+    mirror: Optional[Mirror] = None
+    stale: bool = False  # the mirror holds updates the Spark batches lack
+    unsynced: tuple = ()  # durable runners only: each driver step's updates since `spine`
+    totals: dict = field(default_factory=dict)  # Reduction -> its totals (executor/operators/reduce/totals.py)
+    mirrorable: bool = True  # False once it held what a mirror cannot (a null): for good
+
+    def __post_init__(self):
+        if self.spine is None:
+            self.spine = Spine(slack=4)
+
+    @property
+    def batches(self) -> list[DataFrame]:
+        return [b for _, b in self.synced().spine.batches]
+
+    def synced(self) -> "Trace":
+        """This trace with the mirror's updates as its Spark batches (one job to arrange)."""
+        if self.stale:
+            frame = SparkSession.active().createDataFrame(self.mirror.table())
+            batch, size = arrange(frame, self.keys, self.time_cols, self.partitions, self.since)
+            # in place: the same collection, now also readable by Spark
+            self.spine = Spine(slack=self.spine.slack).appended(batch, size) if size else \
+                Spine(slack=self.spine.slack)
+            self.stale, self.unsynced = False, ()
+        return self
+
+    def _spine(self, since: int) -> Spine:
+        keys, times, parts = self.keys, self.time_cols, self.partitions
+        spine = Spine(lambda df, _: arrange(df, keys, times, parts, since), slack=self.spine.slack)
+        spine.batches = list(self.spine.batches)
+        return spine
+
+    def _since(self, frontier_since: int) -> int:
+        """The owner's own need, further held back by reader handles."""
+        return min([frontier_since, *self.holds.values()])
+
+    def next_since(self, frontier_since: int) -> int:
+        """The `since` of this trace after an append with the owner's `frontier_since`."""
+        return max(self.since, self._since(frontier_since))
+
+    def appended(self, batch: DataFrame, size: int, upper: int, frontier_since: int) -> "Trace":
+        """A new trace with `batch` added."""
+        since = self._since(frontier_since)
+        spine = self.synced()._spine(since)
+        return Trace(self.keys, self.time_cols, self.partitions,
+                     spine.appended(batch, size) if size else spine,
+                     max(self.since, since), upper, self.holds, mirrorable=self.mirrorable)
+
+    def host_appended(self, mirror: Mirror, upper: int, since: int,
+                      delta: Optional[tuple] = None) -> "Trace":
+        """A new trace after a host step: `mirror` holds the step's updates too; `since`
+        from next_since. `delta` ((rows, decode), durable runners only) is kept for the
+        state directory until the Spark batches next catch up with the mirror. Kept apart
+        one per step, they grew the state's files, its manifest and the driver's memory
+        with every step (issue 20); they merge geometrically instead (a Spine: O(log)
+        batches), and once they hold more rows than the mirror, the mirror itself,
+        compacted and decoded on the driver (no Spark job), replaces them and the stale
+        Spark batches: what is stored stays within about twice the collection."""
+        stale = self.stale or mirror is not self.mirror
+        spine, unsynced = self.spine, _merged(self.unsynced, delta)
+        if stale and sum(n for n, _ in unsynced) > mirror.size:
+            spine = Spine(slack=self.spine.slack)  # readers of a stale trace use the mirror
+            unsynced = ((mirror.size, mirror.table),) if mirror.size else ()
+        return Trace(self.keys, self.time_cols, self.partitions, spine, since, upper,
+                     self.holds, mirror, stale=stale, unsynced=unsynced,
+                     totals=dict(self.totals))
+
+    def stats(self) -> dict:
+        """Batches, records and bytes where the trace is stored now: the mirror's runs
+        while Spark's batches are stale (nothing is synced to count them)."""
+        if self.stale:
+            sizes = [s for s, _ in self.mirror.spine.batches]
+            held = self.mirror.nbytes
+        else:
+            sizes = [s for s, _ in self.spine.batches]
+            held = sum(_bytes(b) for _, b in self.spine.batches)
+        return {"keys": list(self.keys), "batches": len(sizes), "records": sum(sizes),
+                "batch_records": sizes, "bytes": held, "stored": "driver" if self.stale
+                else "spark", "since": self.since, "upper": self.upper,
+                "mirror_records": 0 if self.mirror is None else self.mirror.size,
+                "mirror_bytes": 0 if self.mirror is None else self.mirror.nbytes,
+                "mirror_columns": 0 if self.mirror is None else len(self.mirror.columns)}
+
+
+def _merged(held: tuple, delta: Optional[tuple]) -> tuple:
+    """Unsynced batches with `delta` appended, merged by the Spine rule: a merge is the
+    concatenation of both decodings, done when the state directory writes it."""
+    if not delta or not delta[0]:
+        return held
+    spine = Spine(lambda decode, rows: (decode, rows), slack=4, combine=_concatenated)
+    spine.batches = list(held)
+    return tuple(spine.appended(delta[1], delta[0]).batches)
+
+
+def _concatenated(first, second):
+    return lambda: pa.concat_tables([first(), second()], promote_options="permissive")
+
+
+def _bytes(df: DataFrame) -> int:
+    """Bytes the block manager holds (memory + disk) for a materialised batch; 0 for a
+    batch that is not a checkpoint."""
+    try:
+        rdd_id = df._jdf.queryExecution().analyzed().rdd().id()
+    except Exception:  # noqa: BLE001 - not a LogicalRDD: nothing stored of its own
+        return 0
+    for info in df.sparkSession.sparkContext._jsc.sc().getRDDStorageInfo():
+        if info.id() == rdd_id:
+            return int(info.memSize() + info.diskSize())
+    return 0
+
+
+@dataclass
+class View:
+    """The arranged batches an operator reads in one step: `old` (before the step) and
+    `delta` (the step's new updates)."""
+
+    keys: list[str]
+    old: list[DataFrame]
+    delta: list[DataFrame]
+
+    def delta_frame(self, empty: DataFrame) -> DataFrame:
+        return reduce(DataFrame.union, self.delta) if self.delta else empty
+
+    def all(self) -> list[DataFrame]:
+        return self.old + self.delta

@@ -1,0 +1,957 @@
+"""Linear stages (map, filter, negate, temporal_filter) evaluated on Arrow, without Spark.
+
+The driver placement runs a step in this process; handing a few rows to Catalyst costs a py4j
+round trip and an analysis per operator. This compiles the common forms of Spark SQL
+expressions (parsed by sqlglot) to pyarrow.compute with Spark's types and results. What it
+cannot match exactly raises NotCompiled (at compile time) or Fallback (rows at run time whose
+Spark answer is an error, or a case not reproduced): the caller then uses Catalyst, which gives
+Spark's own answer or error, so ANSI on or off both stay exact.
+
+Subset: column refs, literals (INT/BIGINT by size, 1L/1S/1Y, 1.5 as DECIMAL(2,1), 1e3 as
+DOUBLE, strings, TRUE/FALSE, NULL, DATE '...', TIMESTAMP '...'), + - * % (integral), / (to
+DOUBLE), unary -, abs over TINYINT..BIGINT, DOUBLE and DECIMAL (Spark's precision and scale
+up to 38), comparisons and <=>, AND/OR/NOT, IS [NOT] NULL, IN, BETWEEN, CASE, IF, COALESCE,
+greatest/least (integral, DECIMAL, DATE, TIMESTAMP),
+upper/lower (ASCII), length, concat/||, substring, CAST among integral, DOUBLE, DECIMAL,
+BOOLEAN, STRING, DATE and TIMESTAMP where exact (tests/test_expressions.py proves each).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import sqlglot
+from sqlglot import exp
+
+from plans import ir
+
+DIFF = "diff"
+
+
+class NotCompiled(Exception):
+    """This expression or stage chain has no Arrow form here: evaluate it with Catalyst."""
+
+
+class Fallback(Exception):
+    """These rows hit a case whose Spark behaviour is not reproduced (an ANSI error such as
+    overflow, a failing cast, a division by zero, non-ASCII case mapping): re-run them on
+    Catalyst, which raises Spark's error or gives Spark's answer."""
+
+
+# --------------------------------------------------------------------------- types
+INTEGRAL = (pa.int8(), pa.int16(), pa.int32(), pa.int64())
+DOUBLE = pa.float64()
+STRING = pa.string()
+BOOL = pa.bool_()
+DATE = pa.date32()
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+NULL = pa.null()
+MAX_PRECISION = 38
+_BOUNDS = {t: (-(2 ** (8 * w - 1)), 2 ** (8 * w - 1) - 1)
+           for t, w in zip(INTEGRAL, (1, 2, 4, 8))}
+# Spark's DecimalType.forType: the decimal an integral column widens to.
+_INTEGRAL_DECIMAL = {pa.int8(): (3, 0), pa.int16(): (5, 0), pa.int32(): (10, 0),
+                     pa.int64(): (20, 0)}
+_SQL_NAMES = {pa.int8(): "tinyint", pa.int16(): "smallint", pa.int32(): "int",
+              pa.int64(): "bigint", DOUBLE: "double", STRING: "string", BOOL: "boolean",
+              DATE: "date", TIMESTAMP: "timestamp", NULL: "void"}
+
+
+def _integral(t) -> bool:
+    return t in INTEGRAL
+
+
+def _decimal(t) -> bool:
+    return pa.types.is_decimal128(t)
+
+
+def _numeric(t) -> bool:
+    return _integral(t) or _decimal(t) or t == DOUBLE
+
+
+def simple_string(t) -> str:
+    """Spark's simpleString of a type (for error messages that match linear.py's)."""
+    return f"decimal({t.precision},{t.scale})" if _decimal(t) else _SQL_NAMES.get(t, str(t))
+
+
+def _input_type(t: pa.DataType) -> pa.DataType:
+    """The compute type of an input column: Spark's types as Arrow, others not compiled."""
+    if pa.types.is_large_string(t) or t == STRING:
+        return STRING
+    if pa.types.is_timestamp(t):
+        if t.unit == "us" and t.tz in ("UTC", "+00:00"):
+            return TIMESTAMP
+        raise NotCompiled(f"timestamp column type {t}")
+    if t in INTEGRAL or t in (DOUBLE, BOOL, DATE, NULL) or _decimal(t):
+        return t
+    raise NotCompiled(f"column type {t}")
+
+
+@dataclass(frozen=True)
+class Expr:
+    """A compiled expression: its Spark type, its evaluator over a table, and whether it is
+    a literal (its value kept for Spark's literal typing rules)."""
+    type: pa.DataType
+    fn: Callable[[pa.Table], pa.Array]
+    literal: object = None
+    is_literal: bool = False
+    suffixed: bool = False  # `1L` or CAST(1 AS BIGINT): sqlglot parses both alike, Spark
+    #                         types them apart in decimal arithmetic (a literal or not)
+
+
+def _const(value, t) -> Expr:
+    scalar = pa.scalar(value, type=t)
+    return Expr(t, lambda tbl: pa.repeat(scalar, tbl.num_rows), value, True)
+
+
+def _arr(col) -> pa.Array:
+    if isinstance(col, pa.ChunkedArray):
+        return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    return col
+
+
+# --------------------------------------------------------------------------- coercion
+def _decimal_of(e: Expr) -> tuple[int, int]:
+    """(precision, scale) an operand has in decimal arithmetic: integral literals take the
+    tightest decimal (Spark's DecimalType.fromLiteral), integral columns DecimalType.forType."""
+    t = e.type
+    if _decimal(t):
+        return t.precision, t.scale
+    if e.suffixed:
+        raise NotCompiled("integral literal with a type suffix, or a CAST of one, in decimal arithmetic")
+    if e.is_literal and e.literal is not None:
+        return max(len(str(abs(e.literal))), 1), 0
+    return _INTEGRAL_DECIMAL[t]
+
+
+def _wider_decimal(p1, s1, p2, s2) -> pa.DataType:
+    scale = max(s1, s2)
+    precision = max(p1 - s1, p2 - s2) + scale
+    if precision > MAX_PRECISION:  # checked before pa.decimal128, which refuses it
+        raise NotCompiled("decimal precision above 38 (Spark adjusts it)")
+    return pa.decimal128(precision, scale)
+
+
+def _common(types) -> pa.DataType:
+    """Spark's wider common type for CASE/IF/COALESCE/IN/comparison operands, where it is
+    certain; anything else is not compiled."""
+    ts = [t for t in types if t != NULL]
+    if not ts:
+        return NULL
+    if all(t == ts[0] for t in ts):
+        return ts[0]
+    if all(_integral(t) for t in ts):
+        return max(ts, key=INTEGRAL.index)
+    if all(_integral(t) or t == DOUBLE for t in ts):
+        return DOUBLE
+    if all(_decimal(t) for t in ts):
+        out = ts[0]
+        for t in ts[1:]:
+            out = _wider_decimal(out.precision, out.scale, t.precision, t.scale)
+        return out
+    raise NotCompiled(f"no certain common type of {', '.join(map(str, ts))}")
+
+
+def _to(e: Expr, t: pa.DataType) -> Expr:
+    """An implicit widening cast (never fails: integral widening, integral to double,
+    decimal to a wider decimal, null to anything)."""
+    if e.type == t:
+        return e
+    src = e.type
+    if src == NULL:
+        return Expr(t, lambda tbl: pa.nulls(tbl.num_rows, t), None, e.is_literal)
+    if _integral(src) and (_integral(t) or t == DOUBLE):
+        return Expr(t, lambda tbl: pc.cast(e.fn(tbl), t, safe=False), e.literal, e.is_literal)
+    if (_decimal(src) or _integral(src)) and _decimal(t):
+        return Expr(t, lambda tbl: _to_decimal(e.fn(tbl), t), e.literal, e.is_literal)
+    raise NotCompiled(f"implicit cast {src} -> {t}")
+
+
+def _to_decimal(a: pa.Array, t) -> pa.Array:
+    """Exact cast to decimal `t`, Fallback when a value does not fit its precision."""
+    if _integral(a.type):
+        a = pc.cast(a, pa.decimal128(MAX_PRECISION, 0))
+    if a.type.scale > t.scale:
+        raise NotCompiled("decimal rounding")  # callers only widen; _cast rounds itself
+    try:
+        if a.type.precision - a.type.scale > t.precision - t.scale:
+            a = pc.cast(a, pa.decimal128(MAX_PRECISION, a.type.scale))
+        return pc.cast(a, t)
+    except pa.ArrowInvalid as e:
+        raise Fallback(f"decimal value out of range for {simple_string(t)}") from e
+
+
+# --------------------------------------------------------------------------- compiler
+class _Compiler:
+    def __init__(self, schema: pa.Schema):
+        self.columns = {}
+        for i, f in enumerate(schema):
+            key = f.name.lower()
+            self.columns[key] = None if key in self.columns else (i, f.name, _input_type(f.type))
+
+    def parse(self, text: str) -> exp.Expression:
+        if re.search(r"\b(var)?char\b|\\", text, re.I):
+            raise NotCompiled("CHAR/VARCHAR types and backslash escapes")
+        try:
+            return sqlglot.parse_one(text, read="spark")
+        except sqlglot.errors.ParseError as e:
+            raise NotCompiled(f"cannot parse {text!r}: {e}") from e
+
+    def column(self, node: exp.Column) -> tuple[str, Expr]:
+        if node.table or not isinstance(node.this, exp.Identifier):
+            raise NotCompiled("qualified or star column")
+        entry = self.columns.get(node.name.lower(), "missing")
+        if entry is None or entry == "missing":
+            raise NotCompiled(f"column {node.name!r} is ambiguous or missing")
+        i, name, t = entry
+        return name, Expr(t, lambda tbl: pc.cast(_arr(tbl.column(i)), t))
+
+    def compile(self, node: exp.Expression) -> Expr:
+        if isinstance(node, exp.Paren):
+            return self.compile(node.this)
+        if isinstance(node, exp.Column):
+            return self.column(node)[1]
+        handler = _HANDLERS.get(type(node))
+        if handler is None:
+            raise NotCompiled(f"expression {node.sql(dialect='spark')!r}")
+        return handler(self, node)
+
+
+# --- literals
+_INT_RE = re.compile(r"\d+")
+_DEC_RE = re.compile(r"\d*\.\d*")
+_EXP_RE = re.compile(r"(\d+\.?\d*|\.\d+)[eE][+-]?\d+")
+_DATE_RE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
+_TS_RE = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(\.\d{1,6})?")
+
+
+def _number(text: str, negative: bool) -> Expr:
+    sign = -1 if negative else 1
+    if _INT_RE.fullmatch(text):
+        v = sign * int(text)
+        for t in (pa.int32(), pa.int64()):
+            lo, hi = _BOUNDS[t]
+            if lo <= v <= hi:
+                return _const(v, t)
+        raise NotCompiled("integer literal beyond bigint (a decimal in Spark)")
+    if _DEC_RE.fullmatch(text) and text != ".":
+        d = Decimal(text) * sign
+        digits, exponent = len(d.as_tuple().digits), -d.as_tuple().exponent
+        t = pa.decimal128(max(digits, exponent), exponent)
+        if t.precision > MAX_PRECISION:
+            raise NotCompiled("decimal literal above 38 digits")
+        return _const(d, t)
+    if _EXP_RE.fullmatch(text):
+        return _const(sign * float(text), DOUBLE)
+    raise NotCompiled(f"numeric literal {text!r}")
+
+
+def _literal(c: _Compiler, node: exp.Literal) -> Expr:
+    if node.is_string:
+        return _const(node.this, STRING)
+    return _number(node.this, False)
+
+
+def _neg(c: _Compiler, node: exp.Neg) -> Expr:
+    inner = node.this
+    if isinstance(inner, exp.Literal) and not inner.is_string:
+        return _number(inner.this, True)  # Spark's grammar: MINUS? INTEGER_VALUE is a literal
+    e = c.compile(inner)
+    return _unary_numeric(e, "negate")
+
+
+def _unary_numeric(e: Expr, op: str) -> Expr:
+    t = e.type
+    if _integral(t):
+        lo = _BOUNDS[t][0]
+
+        def fn(tbl):
+            a = e.fn(tbl)
+            if pc.any(pc.equal(a, lo)).as_py():
+                raise Fallback(f"{op} overflows {simple_string(t)}")
+            return getattr(pc, op)(a)
+        return Expr(t, fn)
+    if _decimal(t) or t == DOUBLE:
+        return Expr(t, lambda tbl: getattr(pc, op)(e.fn(tbl)))
+    raise NotCompiled(f"{op} of {t}")
+
+
+def _boolean(c, node):
+    return _const(bool(node.this), BOOL)
+
+
+def _null(c, node):
+    return _const(None, NULL)
+
+
+# --- arithmetic
+def _arith(op: str):
+    def handler(c: _Compiler, node) -> Expr:
+        a, b = c.compile(node.this), c.compile(node.expression)
+        if _integral(a.type) and _integral(b.type):
+            return _integral_arith(op, a, b)
+        if a.type == NULL or b.type == NULL:
+            raise NotCompiled("arithmetic with an untyped NULL")
+        if {a.type, b.type} <= {DOUBLE, *INTEGRAL}:
+            a, b = _to(a, DOUBLE), _to(b, DOUBLE)
+            return Expr(DOUBLE, lambda tbl: getattr(pc, op)(a.fn(tbl), b.fn(tbl)))
+        if (_decimal(a.type) or _integral(a.type)) and (_decimal(b.type) or _integral(b.type)):
+            (p1, s1), (p2, s2) = _decimal_of(a), _decimal_of(b)
+            if op == "multiply":
+                precision, scale = p1 + p2 + 1, s1 + s2
+            else:
+                scale = max(s1, s2)
+                precision = max(p1 - s1, p2 - s2) + scale + 1
+            if precision > MAX_PRECISION:
+                raise NotCompiled("decimal result precision above 38 (Spark adjusts it)")
+            t = pa.decimal128(precision, scale)
+            a, b = _to(a, pa.decimal128(p1, s1)), _to(b, pa.decimal128(p2, s2))
+            return Expr(t, lambda tbl: pc.cast(getattr(pc, op)(a.fn(tbl), b.fn(tbl)), t))
+        raise NotCompiled(f"{op} of {a.type} and {b.type}")
+    return handler
+
+
+def _integral_arith(op: str, a: Expr, b: Expr) -> Expr:
+    t = _common([a.type, b.type])
+    lo, hi = _BOUNDS[t]
+    checked = getattr(pc, f"{op}_checked")
+
+    def fn(tbl):
+        x, y = pc.cast(a.fn(tbl), pa.int64()), pc.cast(b.fn(tbl), pa.int64())
+        try:
+            out = checked(x, y)
+        except pa.ArrowInvalid as e:
+            raise Fallback(f"{op} overflows {simple_string(t)}") from e
+        if t != pa.int64():
+            mn, mx = pc.min_max(out).values()
+            if mn.is_valid and (mn.as_py() < lo or mx.as_py() > hi):
+                raise Fallback(f"{op} overflows {simple_string(t)}")
+            out = pc.cast(out, t)
+        return out
+    return Expr(t, fn)
+
+
+def _div(c: _Compiler, node) -> Expr:
+    a, b = c.compile(node.this), c.compile(node.expression)
+    if not ({a.type, b.type} <= {DOUBLE, *INTEGRAL}):
+        raise NotCompiled(f"division of {a.type} by {b.type}")
+    a, b = _to(a, DOUBLE), _to(b, DOUBLE)
+
+    def fn(tbl):
+        x, y = a.fn(tbl), b.fn(tbl)
+        if _zero_divisor(x, y, 0.0):  # Spark's error, only where both sides are present
+            raise Fallback("division by zero")
+        return pc.divide(x, y)
+    return Expr(DOUBLE, fn)
+
+
+def _zero_divisor(x, y, zero) -> bool:
+    """Whether some row divides a present value by a present zero (a null on either side
+    gives null: Spark evaluates neither)."""
+    return bool(pc.any(pc.and_(pc.equal(y, zero), pc.is_valid(x))).as_py())
+
+
+def _mod(c: _Compiler, node) -> Expr:
+    """Integral `%`: Java's remainder (sign of the dividend; MIN % -1 is 0); a zero divisor
+    is an ANSI error (null without ANSI): Fallback."""
+    a, b = c.compile(node.this), c.compile(node.expression)
+    if not (_integral(a.type) and _integral(b.type)):
+        raise NotCompiled(f"% of {a.type} and {b.type}")
+    t = _common([a.type, b.type])
+
+    def fn(tbl):
+        x, y = pc.cast(a.fn(tbl), pa.int64()), pc.cast(b.fn(tbl), pa.int64())
+        if _zero_divisor(x, y, 0):
+            raise Fallback("remainder by zero")
+        null = pc.or_(pc.is_null(x), pc.is_null(y))
+        xs = np.asarray(pc.fill_null(x, 0))
+        ys = np.asarray(pc.fill_null(y, 1))
+        out = np.fmod(xs, np.where(ys == -1, 1, ys))
+        return pc.cast(pa.array(out, mask=np.asarray(null)), t)
+    return Expr(t, fn)
+
+
+def _abs(c: _Compiler, node) -> Expr:
+    return _unary_numeric(c.compile(node.this), "abs")
+
+
+# --- comparison and logic
+def _comparable(a: Expr, b: Expr) -> tuple[Expr, Expr]:
+    if (_decimal(a.type) or _decimal(b.type)) and {_integral(a.type) or _decimal(a.type),
+                                                   _integral(b.type) or _decimal(b.type)} == {True}:
+        (p1, s1), (p2, s2) = _decimal_of(a), _decimal_of(b)
+        t = _wider_decimal(p1, s1, p2, s2)
+        return _to(_to(a, pa.decimal128(p1, s1)), t), _to(_to(b, pa.decimal128(p2, s2)), t)
+    t = _common([a.type, b.type])
+    return _to(a, t), _to(b, t)
+
+
+def _no_nan(a: pa.Array) -> pa.Array:
+    if a.type == DOUBLE and pc.any(pc.is_nan(a)).as_py():
+        raise Fallback("NaN in a comparison (Spark orders NaN above all values)")
+    return a
+
+
+def _comparison(op: str):
+    def handler(c: _Compiler, node) -> Expr:
+        a, b = _comparable(c.compile(node.this), c.compile(node.expression))
+        return _compare(op, a, b)
+    return handler
+
+
+def _compare(op: str, a: Expr, b: Expr) -> Expr:
+    if a.type == NULL:  # both operands untyped NULLs
+        return _const(op == "null_safe" or None, BOOL)
+    if op == "null_safe":
+        def fn(tbl):
+            x, y = _no_nan(a.fn(tbl)), _no_nan(b.fn(tbl))
+            both_null = pc.and_(pc.is_null(x), pc.is_null(y))
+            return pc.or_(both_null, pc.fill_null(pc.equal(x, y), False))
+        return Expr(BOOL, fn)
+    return Expr(BOOL, lambda tbl: getattr(pc, op)(_no_nan(a.fn(tbl)), _no_nan(b.fn(tbl))))
+
+
+def _null_safe_neq(c, node):
+    eq = _comparison("null_safe")(c, node)
+    return Expr(BOOL, lambda tbl: pc.invert(eq.fn(tbl)))
+
+
+def _logic(op: str):
+    def handler(c: _Compiler, node) -> Expr:
+        a, b = c.compile(node.this), c.compile(node.expression)
+        a, b = _predicate(a, True), _predicate(b, True)
+        return Expr(BOOL, lambda tbl: getattr(pc, op)(a.fn(tbl), b.fn(tbl)))
+    return handler
+
+
+def _predicate(e: Expr, null_ok: bool = False) -> Expr:
+    """A boolean operand; an untyped NULL only where Spark takes one (AND, OR; CASE WHEN
+    NULL fails its analysis)."""
+    if e.type == NULL and null_ok:
+        return _to(e, BOOL)
+    if e.type != BOOL:
+        raise NotCompiled(f"{e.type} where a boolean is needed")
+    return e
+
+
+def _not(c, node):
+    e = _predicate(c.compile(node.this))
+    return Expr(BOOL, lambda tbl: pc.invert(e.fn(tbl)))
+
+
+def _is(c, node):
+    if not isinstance(node.expression, exp.Null):
+        raise NotCompiled("IS TRUE/FALSE")
+    e = c.compile(node.this)
+    return Expr(BOOL, lambda tbl: pc.is_null(e.fn(tbl)))
+
+
+def _in(c, node):
+    if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
+        raise NotCompiled("IN subquery")
+    value = c.compile(node.this)
+    items = [c.compile(x) for x in node.expressions]
+    t = _common([value.type] + [i.type for i in items])
+    value, items = _to(value, t), [_to(i, t) for i in items]
+    if t == NULL:
+        return _const(None, BOOL)
+
+    def fn(tbl):
+        v = _no_nan(value.fn(tbl))
+        out = None
+        for item in items:
+            eq = pc.equal(v, _no_nan(item.fn(tbl)))
+            out = eq if out is None else pc.or_kleene(out, eq)
+        return out
+    return Expr(BOOL, fn)
+
+
+def _between(c, node):
+    if node.args.get("symmetric"):
+        raise NotCompiled("BETWEEN SYMMETRIC")
+    v = c.compile(node.this)
+    lo = _compare("greater_equal", *_comparable(v, c.compile(node.args["low"])))
+    hi = _compare("less_equal", *_comparable(v, c.compile(node.args["high"])))
+    return Expr(BOOL, lambda tbl: pc.and_kleene(lo.fn(tbl), hi.fn(tbl)))
+
+
+# --- conditionals
+def _choose(conds: list[Expr], values: list[Expr], default: Expr | None) -> Expr:
+    t = _common([v.type for v in values] + ([default.type] if default else []))
+    values = [_to(v, t) for v in values]
+    default = _to(default, t) if default else _const(None, t)
+
+    def fn(tbl):
+        out = default.fn(tbl)
+        for cond, value in zip(reversed(conds), reversed(values)):
+            out = pc.if_else(pc.fill_null(cond.fn(tbl), False), value.fn(tbl), out)
+        return out
+    return Expr(t, fn)
+
+
+def _case(c, node):
+    ifs = node.args["ifs"]
+    default = c.compile(node.args["default"]) if node.args.get("default") else None
+    if node.this is not None:
+        operand = c.compile(node.this)
+        conds = [_compare("equal", *_comparable(operand, c.compile(i.this))) for i in ifs]
+    else:
+        conds = [_predicate(c.compile(i.this)) for i in ifs]
+    return _choose(conds, [c.compile(i.args["true"]) for i in ifs], default)
+
+
+def _if(c, node):
+    false = node.args.get("false")
+    return _choose([_predicate(c.compile(node.this))], [c.compile(node.args["true"])],
+                   c.compile(false) if false is not None else None)
+
+
+def _coalesce(c, node):
+    if node.args.get("is_null"):
+        raise NotCompiled("ifnull/nvl spelled with is_null")
+    args = [c.compile(node.this)] + [c.compile(x) for x in node.expressions]
+    t = _common([a.type for a in args])
+    args = [_to(a, t) for a in args]
+    if len(args) == 1:
+        return args[0]
+    return Expr(t, lambda tbl: pc.coalesce(*[a.fn(tbl) for a in args]))
+
+
+def _element_wise(fn_name: str):
+    """greatest/least: Spark skips nulls (null only when every argument is null). DOUBLE is
+    not compiled: Spark orders NaN above every number, Arrow's element-wise max does not."""
+    def handler(c, node):
+        args = [c.compile(node.this)] + [c.compile(x) for x in node.expressions]
+        t = _common([a.type for a in args])
+        if not (_integral(t) or _decimal(t) or t in (DATE, TIMESTAMP)):
+            raise NotCompiled(f"{fn_name} over {t}")
+        args = [_to(a, t) for a in args]
+        # Arrow has no element-wise kernel for dates or zoned timestamps: compare their ints
+        storage = {DATE: pa.int32(), TIMESTAMP: pa.int64()}.get(t, t)
+
+        def fn(tbl):
+            values = [pc.cast(a.fn(tbl), storage) for a in args]
+            return pc.cast(getattr(pc, fn_name)(*values, skip_nulls=True), t)
+        return Expr(t, fn)
+    return handler
+
+
+# --- strings
+def _ascii_only(a: pa.Array, what: str) -> pa.Array:
+    if pc.all(pc.string_is_ascii(a)).as_py() is False:
+        raise Fallback(f"{what} of a non-ASCII string (Java case mapping)")
+    return a
+
+
+def _case_map(fn_name: str):
+    def handler(c, node):
+        e = c.compile(node.this)
+        if e.type != STRING:
+            raise NotCompiled(f"{fn_name} of {e.type}")
+        return Expr(STRING, lambda tbl: getattr(pc, fn_name)(_ascii_only(e.fn(tbl), fn_name)))
+    return handler
+
+
+def _length(c, node):
+    e = c.compile(node.this)
+    if e.type != STRING:
+        raise NotCompiled(f"length of {e.type}")
+    return Expr(pa.int32(), lambda tbl: pc.cast(pc.utf8_length(e.fn(tbl)), pa.int32()))
+
+
+def _stringish(e: Expr) -> Expr:
+    """concat's implicit cast of an argument to STRING (integral and string only)."""
+    if e.type == STRING:
+        return e
+    if _integral(e.type) or e.type == NULL:
+        return _cast_expr(e, STRING)
+    raise NotCompiled(f"concat of {e.type}")
+
+
+def _concat_args(args: list[Expr]) -> Expr:
+    args = [_stringish(a) for a in args]
+    return Expr(STRING, lambda tbl: pc.binary_join_element_wise(
+        *[a.fn(tbl) for a in args], "", null_handling="emit_null"))
+
+
+def _concat(c, node):
+    if not node.expressions:
+        raise NotCompiled("concat()")
+    return _concat_args([c.compile(x) for x in node.expressions])
+
+
+def _dpipe(c, node):
+    return _concat_args([c.compile(node.this), c.compile(node.expression)])
+
+
+_INT_MAX = 2 ** 31 - 1
+
+
+def _substring_bounds(pos: int, length: int, nchars: int) -> tuple[int, int]:
+    """UTF8String.substringSQL's code-point range [start, end)."""
+    start = pos - 1 if pos > 0 else (nchars + pos if pos < 0 else 0)
+    end = min(max(start + length, -_INT_MAX - 1), _INT_MAX)
+    return max(start, 0), end
+
+
+def _substring(c, node):
+    s = c.compile(node.this)
+    pos = c.compile(node.args["start"])
+    length = c.compile(node.args["length"]) if node.args.get("length") else _const(_INT_MAX, pa.int32())
+    if s.type != STRING or not all(x.type in (pa.int8(), pa.int16(), pa.int32())
+                                   for x in (pos, length)):
+        raise NotCompiled(f"substring({s.type}, {pos.type}, {length.type})")
+    if pos.is_literal and length.is_literal and pos.literal is not None \
+            and length.literal is not None and pos.literal >= 0:
+        start, end = _substring_bounds(pos.literal, length.literal, 0)
+        if start >= end:
+            return Expr(STRING, lambda tbl: pc.if_else(pc.is_null(s.fn(tbl)),
+                                                       pa.scalar(None, STRING), ""))
+        return Expr(STRING, lambda tbl: pc.utf8_slice_codeunits(s.fn(tbl), start, end))
+
+    def fn(tbl):
+        out = []
+        for v, p, n in zip(s.fn(tbl).to_pylist(), pos.fn(tbl).to_pylist(),
+                           length.fn(tbl).to_pylist()):
+            if v is None or p is None or n is None:
+                out.append(None)
+                continue
+            start, end = _substring_bounds(p, n, len(v))
+            out.append(v[start:end] if start < end else "")
+        return pa.array(out, STRING)
+    return Expr(STRING, fn)
+
+
+# --- casts
+_CAST_TYPES = {
+    exp.DataType.Type.TINYINT: pa.int8(), exp.DataType.Type.SMALLINT: pa.int16(),
+    exp.DataType.Type.INT: pa.int32(), exp.DataType.Type.BIGINT: pa.int64(),
+    exp.DataType.Type.DOUBLE: DOUBLE, exp.DataType.Type.BOOLEAN: BOOL,
+    exp.DataType.Type.TEXT: STRING, exp.DataType.Type.DATE: DATE,
+    exp.DataType.Type.TIMESTAMPTZ: TIMESTAMP,
+}
+_EPOCH = _dt.date(1970, 1, 1)
+
+
+def _target_type(dt: exp.DataType) -> pa.DataType:
+    if dt.this == exp.DataType.Type.DECIMAL:
+        params = [int(p.this.this) for p in dt.expressions]
+        p, s = (params + [10, 0][len(params):])[:2] if params else (10, 0)
+        if not 0 < p <= MAX_PRECISION or not 0 <= s <= p:
+            raise NotCompiled(f"decimal({p},{s})")
+        return pa.decimal128(p, s)
+    if dt.expressions or dt.this not in _CAST_TYPES:
+        raise NotCompiled(f"cast to {dt.sql(dialect='spark')}")
+    return _CAST_TYPES[dt.this]
+
+
+def _cast(c, node):
+    if node.args.get("safe") or node.args.get("format") or node.args.get("default"):
+        raise NotCompiled("try_cast / cast with format")
+    t = _target_type(node.args["to"])
+    inner = node.this
+    if isinstance(inner, exp.Literal) and inner.is_string and t in (DATE, TIMESTAMP):
+        return _temporal_literal(inner.this, t)
+    out = _cast_expr(c.compile(inner), t)
+    if isinstance(inner, (exp.Literal, exp.Neg)) and _integral(t):
+        return Expr(out.type, out.fn, suffixed=True)
+    return out
+
+
+def _temporal_literal(text: str, t) -> Expr:
+    m = (_DATE_RE if t == DATE else _TS_RE).fullmatch(text)
+    try:
+        if m is None:
+            raise ValueError(text)
+        if t == DATE:
+            return _const(_dt.date(*map(int, m.groups())), DATE)
+        frac = m.group(7) or ".0"
+        value = _dt.datetime(*map(int, m.groups()[:6]),
+                             int(frac[1:].ljust(6, "0")), tzinfo=_dt.timezone.utc)
+        return _const(value, TIMESTAMP)
+    except ValueError as e:
+        raise NotCompiled(f"{simple_string(t)} literal {text!r}") from e
+
+
+def _range_checked(a: pa.Array, t) -> pa.Array:
+    lo, hi = _BOUNDS[t]
+    mn, mx = pc.min_max(a).values()
+    if mn.is_valid and (mn.as_py() < lo or mx.as_py() > hi):
+        raise Fallback(f"cast overflows {simple_string(t)}")
+    return pc.cast(a, t, safe=False)
+
+
+def _cast_expr(e: Expr, t: pa.DataType) -> Expr:
+    src = e.type
+    if src == t:
+        return e
+    if src == NULL:
+        return _to(e, t)
+    conv = _CASTS.get((_family(src), _family(t)))
+    if conv is None:
+        raise NotCompiled(f"cast {simple_string(src)} -> {simple_string(t)}")
+    return Expr(t, lambda tbl: conv(e.fn(tbl), t))
+
+
+def _family(t) -> str:
+    if _integral(t):
+        return "int"
+    if _decimal(t):
+        return "decimal"
+    return simple_string(t)
+
+
+def _string_to_int(a, t):
+    if pc.all(pc.match_substring_regex(a, r"^[+-]?[0-9]{1,19}$")).as_py() is False:
+        raise Fallback("string to integer cast of a value that is not plain digits")
+    return _range_checked(_parse_ints(a), t)
+
+
+def _parse_ints(a: pa.Array) -> pa.Array:
+    values = [None if v is None else int(v) for v in a.to_pylist()]
+    if any(v is not None and not -(2 ** 63) <= v < 2 ** 63 for v in values):
+        raise Fallback("string to integer cast overflows")
+    return pa.array(values, pa.int64())
+
+
+def _double_to_int(a, t):
+    bad = pc.or_(pc.is_nan(a), pc.or_(pc.less(a, -2.0 ** 63), pc.greater_equal(a, 2.0 ** 63)))
+    if pc.any(bad).as_py():
+        raise Fallback("double to integer cast out of range")
+    return _range_checked(pc.cast(pc.trunc(a), pa.int64()), t)
+
+
+def _decimal_to_int(a, t):
+    values = [None if v is None else int(v) for v in a.to_pylist()]  # int() truncates
+    if any(v is not None and not -(2 ** 63) <= v < 2 ** 63 for v in values):
+        raise Fallback("decimal to integer cast overflows")
+    return _range_checked(pa.array(values, pa.int64()), t)
+
+
+def _decimal_to_decimal(a, t):
+    if a.type.scale <= t.scale:
+        return _to_decimal(a, t)
+    q = Decimal(1).scaleb(-t.scale)
+    values = [None if v is None else v.quantize(q, rounding=ROUND_HALF_UP) for v in a.to_pylist()]
+    return _to_decimal(pa.array(values, pa.decimal128(MAX_PRECISION, t.scale)), t)
+
+
+def _date_to_string(a, t):
+    mn, mx = pc.min_max(a).values()
+    if mn.is_valid and (mn.as_py().year < 1 or mx.as_py().year > 9999):
+        raise Fallback("date outside years 1-9999 to string")
+    return pc.cast(a, STRING)
+
+
+def _string_to_date(a, t):
+    out = []
+    for v in a.to_pylist():
+        if v is None:
+            out.append(None)
+            continue
+        m = _DATE_RE.fullmatch(v)
+        try:
+            out.append(_dt.date(*map(int, m.groups())) if m else None)
+        except ValueError:
+            m = None
+        if m is None:
+            raise Fallback("string to date cast of a value not in yyyy-mm-dd form")
+    return pa.array(out, DATE)
+
+
+_US_PER_DAY = 86_400_000_000
+_CASTS = {
+    ("int", "int"): _range_checked,
+    ("boolean", "int"): lambda a, t: pc.cast(a, t),
+    ("double", "int"): _double_to_int,
+    ("decimal", "int"): _decimal_to_int,
+    ("string", "int"): _string_to_int,
+    ("int", "double"): lambda a, t: pc.cast(a, DOUBLE, safe=False),
+    ("boolean", "double"): lambda a, t: pc.cast(a, DOUBLE),
+    ("int", "decimal"): _to_decimal,
+    ("decimal", "decimal"): _decimal_to_decimal,
+    ("int", "boolean"): lambda a, t: pc.not_equal(a, 0),
+    ("int", "string"): lambda a, t: pc.cast(a, STRING),
+    ("boolean", "string"): lambda a, t: pc.cast(a, STRING),
+    ("date", "string"): _date_to_string,
+    ("string", "date"): _string_to_date,
+    ("timestamp", "date"): lambda a, t: _timestamp_to_date(a),
+    ("date", "timestamp"): lambda a, t: pc.cast(pc.multiply(
+        pc.cast(pc.cast(a, pa.int32()), pa.int64()), _US_PER_DAY), TIMESTAMP),
+}
+
+
+def _timestamp_to_date(a):
+    us = np.asarray(pc.fill_null(pc.cast(a, pa.int64()), 0))
+    days = pa.array(np.floor_divide(us, _US_PER_DAY).astype(np.int32), mask=np.asarray(pc.is_null(a)))
+    return pc.cast(days, DATE)
+
+
+_HANDLERS = {
+    exp.Literal: _literal, exp.Boolean: _boolean, exp.Null: _null, exp.Neg: _neg,
+    exp.Add: _arith("add"), exp.Sub: _arith("subtract"), exp.Mul: _arith("multiply"),
+    exp.Div: _div, exp.Mod: _mod, exp.Abs: _abs,
+    exp.EQ: _comparison("equal"), exp.NEQ: _comparison("not_equal"),
+    exp.LT: _comparison("less"), exp.LTE: _comparison("less_equal"),
+    exp.GT: _comparison("greater"), exp.GTE: _comparison("greater_equal"),
+    exp.NullSafeEQ: _comparison("null_safe"), exp.NullSafeNEQ: _null_safe_neq,
+    exp.And: _logic("and_kleene"), exp.Or: _logic("or_kleene"), exp.Not: _not,
+    exp.Is: _is, exp.In: _in, exp.Between: _between,
+    exp.Case: _case, exp.If: _if, exp.Coalesce: _coalesce,
+    exp.Greatest: _element_wise("max_element_wise"), exp.Least: _element_wise("min_element_wise"),
+    exp.Upper: _case_map("ascii_upper"), exp.Lower: _case_map("ascii_lower"),
+    exp.Length: _length, exp.Concat: _concat, exp.DPipe: _dpipe, exp.Substring: _substring,
+    exp.Cast: _cast, exp.TryCast: _cast,
+}
+
+
+# --------------------------------------------------------------------------- stages
+Step = Callable[[pa.Table], pa.Table]
+
+
+class Compiled:
+    """A compiled chain of stages: `schema` is its output (records, time, diff) with
+    Spark's types; calling it on an input table of the compiled schema gives the output."""
+
+    def __init__(self, schema: pa.Schema, steps: list[Step], input_schema: pa.Schema):
+        self.schema = schema
+        self._steps = steps
+        self._input = input_schema
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        if table.schema.types != self._input.types or table.schema.names != self._input.names:
+            raise ValueError(f"input schema {table.schema} is not the compiled {self._input}")
+        for step in self._steps:
+            table = step(table)
+        return table.cast(self.schema)
+
+
+_CACHE: dict = {}
+
+
+def compile_stages(stages: tuple, schema: pa.Schema, time_col: str = "time") -> Compiled:
+    """The Arrow form of `stages` (Map, Filter, Negate, TemporalFilter) over updates of
+    `schema` (records, then `time_col` and `diff`), cached by (stages, schema, time_col).
+    Raises NotCompiled when a stage or expression is outside the supported subset, and
+    PlanError where executor/operators/linear/spark.py does (a temporal bound that is not an integer, output
+    columns that break plans.ir.check_stage_columns)."""
+    key = (tuple(stages), schema, time_col)
+    hit = _CACHE.get(key)
+    if hit is None:
+        try:
+            hit = _compile(tuple(stages), schema, time_col)
+        except NotCompiled as e:  # remembered too: a step pays no parse either way
+            hit = e
+        _CACHE[key] = hit
+    if isinstance(hit, NotCompiled):
+        raise hit
+    return hit
+
+
+def _compile(stages, schema: pa.Schema, time_col: str) -> Compiled:
+    if [n.lower() for n in schema.names[-2:]] != [time_col.lower(), DIFF] \
+            or schema.field(-1).type != pa.int64() or not _integral(schema.field(-2).type):
+        raise NotCompiled(f"input schema does not end with {time_col}, diff BIGINT")
+    steps, current = [], schema
+    for stage in stages:
+        builder = _STAGES.get(type(stage))
+        if builder is None:
+            raise NotCompiled(f"stage {stage.label()}")
+        step, current = builder(stage, current, time_col)
+        ir.check_stage_columns(current.names, [time_col], stage)
+        steps.append(step)
+    return Compiled(current, steps, schema)
+
+
+def _map(stage: ir.Map, schema: pa.Schema, time_col):
+    c = _Compiler(schema)
+    outs = []
+    for text in stage.exprs:
+        node = c.parse(text)
+        if isinstance(node, exp.Alias):
+            name, e = node.alias, c.compile(node.this)
+            if not isinstance(node.args.get("alias"), exp.Identifier):
+                raise NotCompiled(f"alias in {text!r}")
+        elif isinstance(node, exp.Column):
+            name, e = c.column(node)
+            if name != node.name:
+                raise NotCompiled(f"column {node.name!r} named {name!r} in the input")
+        else:
+            raise NotCompiled(f"unaliased expression {text!r} (Spark names it)")
+        outs.append((name, e))
+    n_in = len(schema)
+    out_schema = pa.schema([pa.field(n, e.type) for n, e in outs]
+                           + [schema.field(n_in - 2), schema.field(n_in - 1)])
+
+    def step(tbl: pa.Table) -> pa.Table:
+        cols = [_arr(e.fn(tbl)) for _, e in outs] + [tbl.column(n_in - 2), tbl.column(n_in - 1)]
+        return pa.Table.from_arrays(cols, schema=out_schema)
+    return step, out_schema
+
+
+def _filter(stage: ir.Filter, schema: pa.Schema, time_col):
+    c = _Compiler(schema)
+    e = c.compile(c.parse(stage.expr))
+    if e.type != BOOL:
+        raise NotCompiled(f"filter on {e.type}")
+    return (lambda tbl: tbl.filter(e.fn(tbl))), schema
+
+
+def _negate_diff(d: pa.Array | pa.ChunkedArray):
+    try:
+        return pc.negate_checked(d)
+    except pa.ArrowInvalid as e:
+        raise Fallback("negating diff overflows bigint") from e
+
+
+def _negate(stage: ir.Negate, schema: pa.Schema, time_col):
+    i = len(schema) - 1
+    return (lambda tbl: tbl.set_column(i, schema.field(i), _negate_diff(tbl.column(i)))), schema
+
+
+def _temporal_filter(stage: ir.TemporalFilter, schema: pa.Schema, time_col):
+    """Each update (r, t, d) becomes (r, max(t, lower), d) and, under a non-null upper,
+    (r, max(t, upper), -d); records with upper <= lower are dropped (linear.py's rule)."""
+    c = _Compiler(schema)
+    bounds = []
+    for text in (stage.lower, stage.upper):
+        if text is None:
+            bounds.append(None)
+            continue
+        e = c.compile(c.parse(text))
+        if not _integral(e.type):
+            raise ir.temporal_bound_error(stage, text, simple_string(e.type))
+        bounds.append(_to(e, pa.int64()))
+    lower, upper = bounds
+    ti, di = len(schema) - 2, len(schema) - 1
+    time_type = schema.field(ti).type
+
+    def joined(t, b):
+        return pc.cast(pc.max_element_wise(pc.cast(t, pa.int64()), b, skip_nulls=True), time_type)
+
+    def step(tbl: pa.Table) -> pa.Table:
+        lo = lower.fn(tbl) if lower else None
+        if upper is None:
+            return tbl if lo is None else tbl.set_column(ti, schema.field(ti), joined(tbl.column(ti), lo))
+        hi = upper.fn(tbl)
+        dead = pc.less_equal(hi, lo) if lo is not None else pa.repeat(pa.scalar(None, BOOL), tbl.num_rows)
+        live = pc.invert(pc.fill_null(dead, False))
+        tbl, hi = tbl.filter(live), hi.filter(live)
+        lo = lo.filter(live) if lo is not None else None
+        enter = tbl if lo is None else tbl.set_column(ti, schema.field(ti), joined(tbl.column(ti), lo))
+        retracting = pc.is_valid(hi)
+        leave = tbl.filter(retracting)
+        leave = leave.set_column(ti, schema.field(ti), joined(leave.column(ti), hi.filter(retracting)))
+        leave = leave.set_column(di, schema.field(di), _negate_diff(leave.column(di)))
+        return pa.concat_tables([enter, leave])
+    return step, schema
+
+
+_STAGES = {ir.Map: _map, ir.Filter: _filter, ir.Negate: _negate,
+           ir.TemporalFilter: _temporal_filter}

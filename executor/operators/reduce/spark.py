@@ -1,0 +1,228 @@
+"""The reduce family (count, sum, min, max, distinct, threshold, top_k, user kernels) over
+arrangements.
+
+For the keys a step touches, a reduction is re-evaluated at every time at which its input
+changes, and the differences between consecutive results are emitted. In Spark SQL: the grid
+G = (key, time) of the step's ready updates plus a baseline row per key at the last complete
+time F-1; the key's history from the trace joins G (history time <= grid time) and sums to the
+accumulated multiset at each grid time; the reduction runs per (key, grid time); each result
+is emitted at its time and retracted at the key's next grid time. Updates at times >= upto
+wait in `pending` until the frontier passes them, since later steps may still add updates
+before them. The trace is compacted to F-1, so the baseline still sees all of the past.
+"""
+from __future__ import annotations
+
+from functools import reduce as fold
+
+from pyspark.sql import DataFrame, Window, functions as F
+from pyspark.sql.types import ArrayType, MapType, NumericType, StructType
+
+from executor.arrange.trace import View
+from executor.operators.linear import kernels
+from executor.operators.linear.spark import q, record_columns
+from executor.time import DIFF, TIME
+from plans import ir
+from plans.errors import PlanError
+
+GT, NEXT, M = "__gt", "__next", "__m"
+
+
+def output(node: ir.Reduce, acc: DataFrame, records: list[str], backend: str,
+           grid: tuple[str, ...] = (GT,)) -> DataFrame:
+    """Per (key, grid time): the reduction's output records with multiplicity M, from the
+    accumulated multiset `acc` (keys, grid time columns, records, M != 0)."""
+    red = node.reduction
+    check_types(node, acc, records)
+    by = [*map(q, node.by), *grid]
+    if red.kind == "kernel":
+        return kernels.reduce_groups(acc, list(node.by), red, list(grid), M, backend)
+    if red.kind == "count":
+        return (acc.groupBy(*by).agg(F.sum(M).alias("count")).where(F.col("count") != 0)
+                .withColumn(M, F.lit(1).cast("bigint")))
+    if red.kind == "sum":
+        x = q(red.column)
+        return acc.groupBy(*by).agg(F.sum(F.col(x) * F.col(M)).alias(red.column)) \
+                  .withColumn(M, F.lit(1).cast("bigint"))
+    if red.kind in ("min", "max"):
+        agg = F.min if red.kind == "min" else F.max
+        return (acc.where(F.col(M) > 0).groupBy(*by).agg(agg(q(red.column)).alias(red.column))
+                .withColumn(M, F.lit(1).cast("bigint")))
+    if red.kind == "distinct":
+        return acc.where(F.col(M) > 0).select(*map(q, records), *grid,
+                                              F.lit(1).cast("bigint").alias(M))
+    if red.kind == "threshold":
+        counted = acc.select(*map(q, records), *grid, F.col(M).alias("count"))
+        return (counted.selectExpr(*map(q, records), *grid,
+                                   f"CAST(({red.expr}) AS BIGINT) AS {M}")
+                .where(F.col(M) != 0))
+    if red.kind == "top_k":
+        order = [_sort(F.expr(e), desc, nulls_first) for e, desc, nulls_first in red.order]
+        order += [F.col(q(c)).asc_nulls_first() for c in records]
+        w = Window.partitionBy(*by).orderBy(*order).rowsBetween(Window.unboundedPreceding, 0)
+        ranked = acc.where(F.col(M) > 0).withColumn("__before", F.sum(M).over(w) - F.col(M))
+        return (ranked.where(F.col("__before") < red.k)
+                .select(*map(q, records), *grid,
+                        F.least(F.col(M), F.lit(red.k) - F.col("__before")).alias(M)))
+    raise PlanError(f"{node.label()}: unknown reduction {red.kind}")
+
+
+def check_types(node: ir.Reduce, acc: DataFrame, records: list[str]) -> None:
+    """Refuse, when the plan is built (the Runner resolves every operator on empty inputs),
+    a reduction its column's type cannot take: sum needs a number, min, max and top_k's
+    order keys a type with an order (no MAP). Spark would fail only at the first step."""
+    red = node.reduction
+    where = f"{red.kind}({red.column or red.expr})"
+    if red.kind in ("sum", "min", "max"):
+        if red.column not in records:
+            raise PlanError(f"{where}: no column '{red.column}'; the input's columns are "
+                            f"{', '.join(records)}")
+        keys = [(red.column, acc.schema[red.column].dataType)]
+    elif red.kind == "top_k":
+        keys = [(e, acc.select(F.expr(e)).schema.fields[0].dataType) for e, _, _ in red.order]
+    else:
+        return
+    for column, dtype in keys:
+        rule = None
+        if red.kind == "sum" and not isinstance(dtype, NumericType):
+            rule = "sum needs a numeric column"
+        elif red.kind != "sum" and not _orderable(dtype):
+            rule = f"{red.kind} needs a column with an order (not a MAP)"
+        if rule:
+            raise PlanError(f"{where}: column '{column}' is {dtype.simpleString().upper()}; "
+                            f"rule: {rule}")
+
+
+def _orderable(dtype) -> bool:
+    if isinstance(dtype, MapType):
+        return False
+    if isinstance(dtype, ArrayType):
+        return _orderable(dtype.elementType)
+    if isinstance(dtype, StructType):
+        return all(_orderable(f.dataType) for f in dtype.fields)
+    return type(dtype).__name__ != "VariantType"
+
+
+def _sort(col, descending: bool, nulls_first: bool):
+    """One sort key of top_k (plans/ordering.py)."""
+    if descending:
+        return col.desc_nulls_first() if nulls_first else col.desc_nulls_last()
+    return col.asc_nulls_first() if nulls_first else col.asc_nulls_last()
+
+
+def delta(node: ir.Reduce, view: View, pending, frontier: int, upto, time_cols, empty,
+          backend: str):
+    """(output changes of this step, new pending updates)."""
+    if len(time_cols) != 1:
+        raise PlanError(f"{node.label()}: reductions over nested times are not supported yet")
+    keys = list(view.keys)
+    if node.by != tuple(keys) and node.reduction.kind not in ("distinct", "threshold"):
+        raise PlanError(f"{node.label()}: input arranged by {keys}, expected {list(node.by)}")
+    records = record_columns(empty, time_cols)
+    incoming = view.delta_frame(empty)
+    if pending is not None:
+        incoming = pending.union(incoming)
+    if upto is None:
+        ready, pending = incoming, None
+    else:
+        ready = incoming.where(F.col(TIME) < upto)
+        pending = incoming.where(F.col(TIME) >= upto)
+    kq = list(map(q, keys))
+    same = equality(empty)
+    kind = node.reduction.kind
+    if kind == "count" or (kind in ("distinct", "threshold") and keys == records):
+        running = _running(view, ready, frontier, kq, same)
+        if kind == "count":
+            return _counts(running, kq), pending
+        return _thresholded(running, kq, node.reduction), pending
+    grid = ready.select(*kq, F.col(TIME).alias(GT)).distinct()
+    grid = grid.union(grid.select(*kq).distinct().withColumn(GT, F.lit(frontier - 1)))
+    grid = grid.withColumn(NEXT, F.lead(GT).over(Window.partitionBy(*kq).orderBy(GT)))
+    touched = F.broadcast(grid.select(*kq).distinct()).alias("t")
+    history = fold(DataFrame.union, [
+        b.alias("b").join(touched, _all([same(f"b.{k}", f"t.{k}") for k in kq]), "left_semi")
+        for b in view.all()]) if view.all() else empty
+    h, g = history.alias("h"), grid.alias("g")
+    cond = [same(f"h.{k}", f"g.{k}") for k in kq]
+    cond.append(F.col(f"h.{TIME}") <= F.col(f"g.{GT}"))
+    acc = (h.join(g, _all(cond), "inner")
+           .groupBy(*[F.col(f"h.{q(c)}").alias(c) for c in records], F.col(f"g.{GT}").alias(GT))
+           .agg(F.sum(F.col(f"h.{DIFF}")).alias(M)).where(F.col(M) != 0))
+    out = output(node, acc, records, backend)
+    out_records = [c for c in out.columns if c not in (GT, M)]
+    return _emit(out, grid, keys, out_records, frontier, same), pending
+
+
+def _running(view: View, ready: DataFrame, frontier: int, kq: list[str], same) -> DataFrame:
+    """Per key and time of the step's changes: the key's summed multiplicity then (`count`)
+    and at its previous time (`__prev`, null before its first). The old batches
+    (semi-joined with the touched keys) give each key's sum at F-1, the step's updates its
+    changes; one window runs the sums. No grid, no history join: the fast path of the
+    reductions that depend only on a key's total (count; distinct and threshold, whose key
+    is the whole record)."""
+    changes = ready.groupBy(*kq, TIME).agg(F.sum(DIFF).alias(M)).where(F.col(M) != 0)
+    rows = changes
+    if view.old:
+        old = fold(DataFrame.union, view.old).where(F.col(TIME) < frontier).alias("b")
+        if kq:  # the touched keys' rows (one broadcast, a job); a global count reads all
+            touched = F.broadcast(changes.select(*kq).distinct()).alias("t")
+            old = old.join(touched, _all([same(f"b.{k}", f"t.{k}") for k in kq]), "left_semi")
+        rows = rows.unionByName(old.groupBy(*kq).agg(F.sum(DIFF).alias(M))
+                                .withColumn(TIME, F.lit(frontier - 1)))
+    w = Window.partitionBy(*kq).orderBy(TIME)
+    now = F.sum(M).over(w.rowsBetween(Window.unboundedPreceding, 0))
+    running = rows.withColumn("count", now).withColumn("__prev", F.lag("count").over(w))
+    return running.where(F.col(TIME) >= frontier)
+
+
+def _counts(running: DataFrame, kq: list[str]) -> DataFrame:
+    """count: at each time the new count (+1) and the previous one (-1), zeros left out."""
+    signed = F.array_compact(F.array(
+        F.when(F.col("count") != 0, F.struct(F.col("count"), F.lit(1).cast("bigint").alias(DIFF))),
+        F.when(F.col("__prev") != 0, F.struct(F.col("__prev").alias("count"),
+                                              F.lit(-1).cast("bigint").alias(DIFF)))))
+    return running.select(*kq, F.inline(signed), F.col(TIME)).select(*kq, "count", TIME, DIFF)
+
+
+def _thresholded(running: DataFrame, kq: list[str], red: ir.Reduction) -> DataFrame:
+    """distinct / threshold of whole records: a record's multiplicity is f(count) while it
+    is present (0 otherwise), emitted as f(now) - f(previous) where they differ."""
+    present, value = ("count > 0", "1") if red.kind == "distinct" else \
+        ("count <> 0", f"CAST(({red.expr}) AS BIGINT)")
+    f = f"CASE WHEN {present} THEN {value} ELSE 0 END"
+    now = running.selectExpr(*kq, TIME, "__prev", f"{f} AS __now")
+    prev = now.select(*kq, TIME, "__now", F.coalesce("__prev", F.lit(0)).alias("count"))
+    return (prev.selectExpr(*kq, TIME, f"CAST(__now - ({f}) AS BIGINT) AS {DIFF}")
+            .where(F.col(DIFF) != 0))
+
+
+def _emit(out: DataFrame, grid: DataFrame, keys: list[str], out_records, frontier: int,
+          same):
+    """Each result at its grid time (+), retracted at the key's next grid time (-); the
+    baseline row (time F-1) is only retracted. One join, one generator: no second pass."""
+    o, g = out.alias("o"), grid.alias("g")
+    cond = [same(f"o.{q(k)}", f"g.{q(k)}") for k in keys]
+    cond.append(F.col(f"o.{GT}") == F.col(f"g.{GT}"))
+    joined = o.join(g, _all(cond), "inner")
+    gt, nxt, m = F.col(f"g.{GT}"), F.col(f"g.{NEXT}"), F.col(f"o.{M}")
+    signed = F.array_compact(F.array(
+        F.when(gt >= frontier, F.struct(gt.alias(TIME), m.alias(DIFF))),
+        F.when(nxt.isNotNull(), F.struct(nxt.alias(TIME), (-m).alias(DIFF)))))
+    recs = [F.col(f"o.{q(c)}").alias(c) for c in out_records]
+    return joined.select(*recs, F.inline(signed))
+
+
+def _all(conditions):
+    """The conjunction of join conditions (true when there are none: a global reduction)."""
+    return fold(lambda a, b: a & b, conditions, F.lit(True))
+
+
+def equality(df: DataFrame):
+    """Key equality for joins inside a reduction: plain `=` (which keeps the arrangement's
+    hash partitioning usable) where the key cannot be null, null-safe `<=>` otherwise."""
+    nullable = {f.name for f in df.schema.fields if f.nullable}
+
+    def same(a: str, b: str):
+        name = a.split(".", 1)[1].strip("`")
+        return F.col(a).eqNullSafe(F.col(b)) if name in nullable else F.col(a) == F.col(b)
+
+    return same

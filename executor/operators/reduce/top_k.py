@@ -1,0 +1,192 @@
+"""top_k on the driver as a ranked index, so a step costs its change, not its groups.
+
+executor/operators/reduce/driver.py re-evaluates each group a step touches over the whole group. For
+top_k few of a group's records can be in its top k at any time of the step: the T records
+the step touches, and of the others (whose multiplicities stay as they were) the first k + T
+with a positive multiplicity in the group's order. At least k of those are untouched, each
+counting at least 1, so no untouched record after them reaches the top k. The index holds
+the arrangement's records with a positive multiplicity at the last complete time, sorted by
+(group keys, order keys, the rest of the record), so a group's first rows are a binary search
+away. The touched records' history (from the mirror) and those candidates go through
+reduce_host's grid as the groups' history: the same results, ties and multiplicities above
+one included. The index then takes the touched records' new multiplicities (rows deleted and
+inserted at binary-searched places). It lives beside the mirror (Trace.totals, dropped by a
+step on Spark), tagged with its time; one of another time is rebuilt from the mirror.
+
+An order key sorts by codes that sort as its values do (reduce_host.order_columns). The
+rest of the record sorts by its codes, which for a STRING are not Spark's order of the ties:
+the candidates are extended to whole runs of ties, and reduce_host orders them by the decoded
+values. An order key of STRING or BINARY has no sortable code: that top_k runs through
+reduce_host alone.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from executor.arrange.mirror import Mirror, Run
+from executor.operators.reduce import driver as reduce_host
+from gpu_kernels import consolidate, equal_range, group_starts, neighbours, sort_by
+from gpu_kernels.intersect import lower_bound
+from plans import ir
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """The records with a positive multiplicity `m` at time `at`, sorted by `keys`: the
+    group keys, two columns per order key, then the rest of the record."""
+
+    at: int
+    keys: tuple
+    m: object
+
+    @property
+    def size(self) -> int:
+        return int(self.m.shape[0])
+
+
+class _Unranked(Exception):
+    """An order without sortable codes: the step's top_k runs through reduce_host."""
+
+
+def applies(node: ir.Reduce) -> bool:
+    """top_k over this runner's own arrangement (an imported one's trace is not written)."""
+    return node.reduction.kind == "top_k" and not isinstance(node.input, ir.Imported)
+
+
+def delta(step, node: ir.Reduce, view, ready):
+    """The top_k's changes for the step at the times of `ready` (unconsolidated Changes in
+    the node's schema); the updated index goes on the arrangement's commit."""
+    xp, red, old = step.xp, node.reduction, view.old
+    have = view.trace.totals.get(red)
+    if ready.size == 0:
+        if have is not None and have.at == step.lower - 1:  # nothing due: still exact
+            step.commits[node.input].totals[red] = replace(have, at=step.upto - 1)
+        return reduce_host.delta(step, node, view, ready)
+    columns, nkeys = old.columns, old.nkeys
+    kinds = {f.name: f.dataType for f in view.batch.schema.fields}
+    recs, _ = consolidate(xp, [ready.col(c) for c in columns], xp.ones_like(ready.d))
+    try:
+        keys = _keys(step, node, columns, nkeys, recs, kinds)
+        index = have if have is not None and have.at == step.lower - 1 else \
+            _built(step, node, old, kinds)
+    except _Unranked:
+        return reduce_host.delta(step, node, view, ready)
+    perm = sort_by(xp, keys)  # the touched records in the index's order
+    keys, ordered_recs = [xp.take(k, perm) for k in keys], [xp.take(c, perm) for c in recs]
+    n, size = perm.shape[0], index.size
+    found, at = lower_bound(xp, index.keys, xp.zeros(n, dtype=xp.int64),
+                            xp.full(n, size, dtype=xp.int64), tuple(keys))
+    gone = xp.sort(at[found])
+
+    # candidates: per touched group, its first k + T records, less the touched ones
+    firsts = group_starts(xp, keys[:nkeys]) if nkeys else xp.zeros(1, dtype=xp.int64)
+    touched = xp.diff(xp.concat([firsts, xp.asarray([n], dtype=xp.int64)]))
+    groups = firsts.shape[0]
+    lo, hi = xp.zeros(groups, dtype=xp.int64), xp.full(groups, size, dtype=xp.int64)
+    if nkeys:
+        lo, hi = equal_range(xp, index.keys[:nkeys], lo, hi,
+                             tuple(xp.take(k, firsts) for k in keys[:nkeys]))
+    width = 2 * len(red.order)
+    stop = _tied(xp, index.keys[:nkeys + width], lo, xp.minimum(hi, lo + red.k + touched), hi)
+    _, rows = neighbours(xp, xp.arange(size, dtype=xp.int64), lo, stop)
+    rows = xp.take(rows, xp.nonzero(xp.logical_not(_among(xp, rows, gone)))[0])
+    record = list(index.keys[:nkeys]) + list(index.keys[nkeys + width:])
+    history = _records(old).rows(recs)
+    held = Run(tuple(xp.concat([xp.take(c, rows), h]) for c, h in zip(record, history.cols)),
+               xp.concat([xp.full(rows.shape, step.lower - 1, dtype=xp.int64), history.t]),
+               xp.concat([xp.take(index.m, rows), history.d]))
+    out = reduce_host.delta(step, node, view, ready, held)
+
+    # the touched records' multiplicities after the step: their updates below upto
+    before = xp.nonzero(history.t < step.lower)[0]
+    summed, m = consolidate(xp, [xp.concat([xp.take(c, before), ready.col(name)])
+                                 for c, name in zip(history.cols, columns)],
+                            xp.concat([xp.take(history.d, before), ready.d]))
+    now = _looked_up(xp, summed, m, ordered_recs)
+    live = xp.nonzero(now > 0)[0]
+    step.commits[node.input].totals[red] = _merged(
+        xp, index, gone, [xp.take(k, live) for k in keys], xp.take(now, live),
+        xp.take(at, live), step.upto - 1)
+    return out
+
+
+def _keys(step, node: ir.Reduce, columns: list[str], nkeys: int, recs: list,
+          kinds: dict) -> list:
+    """The index's sort columns of records (codes in `columns` order): group keys, the
+    order's columns (reduce_host.order_columns), the rest of the record."""
+    order = reduce_host.order_columns(step, dict(zip(columns, recs)), kinds, columns,
+                                      node.reduction.order, ranks=False)
+    if order is None:
+        raise _Unranked()
+    return list(recs[:nkeys]) + order + list(recs[nkeys:])
+
+
+def _built(step, node: ir.Reduce, old: Mirror, kinds: dict) -> Ranked:
+    """The index of the mirror's records below the step (one pass over the trace)."""
+    xp = step.xp
+    whole = old.below(step.lower).all()
+    recs, m = consolidate(xp, list(whole.cols), whole.d)
+    live = xp.nonzero(m > 0)[0]
+    recs, m = [xp.take(c, live) for c in recs], xp.take(m, live)
+    keys = _keys(step, node, old.columns, old.nkeys, recs, kinds)
+    perm = sort_by(xp, keys)
+    return Ranked(step.lower - 1, tuple(xp.take(k, perm) for k in keys), xp.take(m, perm))
+
+
+def _tied(xp, ranked: tuple, lo, stop, hi):
+    """`stop` moved past the rows tied with the row before it (equal group and order keys):
+    the candidates are then whole runs of ties, a prefix of the group in Spark's order too,
+    whatever order the codes of the rest of the record (a STRING's) give the ties."""
+    some = xp.nonzero(stop > lo)[0]
+    if not some.shape[0]:
+        return stop
+    last = xp.take(stop, some) - 1
+    _, end = equal_range(xp, ranked, last, xp.take(hi, some),
+                         tuple(xp.take(k, last) for k in ranked))
+    stop[some] = end
+    return stop
+
+
+def _records(old: Mirror) -> Mirror:
+    """The mirror searched by whole records (its runs are sorted by every column)."""
+    return Mirror(old.xp, old.columns, len(old.columns), old.spine, upper=old.upper)
+
+
+def _among(xp, rows, sorted_positions):
+    """Whether each of `rows` is one of `sorted_positions`."""
+    if not sorted_positions.shape[0]:
+        return xp.zeros(rows.shape, dtype=xp.bool)
+    at = xp.searchsorted(sorted_positions, rows)
+    at = xp.minimum(at, xp.asarray(sorted_positions.shape[0] - 1))
+    return xp.take(sorted_positions, at) == rows
+
+
+def _looked_up(xp, sorted_keys: list, values, asked: list):
+    """The value beside each asked tuple among `sorted_keys` (0 where absent)."""
+    n = asked[0].shape[0]
+    if not values.shape[0]:
+        return xp.zeros(n, dtype=xp.int64)
+    hit, at = lower_bound(xp, tuple(sorted_keys), xp.zeros(n, dtype=xp.int64),
+                          xp.full(n, values.shape[0], dtype=xp.int64), tuple(asked))
+    at = xp.minimum(at, xp.asarray(values.shape[0] - 1))
+    return xp.where(hit, xp.take(values, at), xp.zeros_like(at))
+
+
+def _merged(xp, index: Ranked, gone, keys: list, m, at, time: int) -> Ranked:
+    """The index less the rows at `gone`, with rows (`keys` sorted, multiplicities `m`) put
+    before the rows at `at` (positions in the old index, non-decreasing)."""
+    keep = xp.ones(index.size, dtype=xp.bool)
+    keep[gone] = False
+    kept = xp.nonzero(keep)[0]
+    n = kept.shape[0] + at.shape[0]
+    new_at = xp.searchsorted(kept, at) + xp.arange(at.shape[0], dtype=xp.int64)
+    old_at = xp.arange(kept.shape[0], dtype=xp.int64) + xp.searchsorted(at, kept, side="right")
+
+    def placed(old, new):
+        out = xp.empty(n, dtype=xp.int64)
+        out[old_at] = xp.take(old, kept)
+        out[new_at] = new
+        return out
+
+    return Ranked(time, tuple(placed(o, k) for o, k in zip(index.keys, keys)),
+                  placed(index.m, m))

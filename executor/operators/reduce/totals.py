@@ -1,0 +1,235 @@
+"""Abelian reductions on the driver as running totals per key: a step costs its change.
+
+count, distinct of whole records and sum over exact types (integers, DECIMAL) see a key's
+accumulated multiset only through sums over its updates: `weight`, the sum of m over the
+records that count (all of them; for a sum those with a non-null value), and for a sum the
+sum of x*m. The step's updates add to these totals, so a step reads the totals of the keys it
+touches before it, runs them over its times and emits the output's differences (the
+contract of executor/operators/reduce/spark.py), without reading the keys' groups.
+
+Where totals live: an arrangement that holds only the reduction's key columns (one that only
+counts read, executor/operators/reduce/counted.py; distinct's whole records) is its own totals, its diffs
+summed per key. Otherwise the trace keeps them beside its mirror (Trace.totals), one mirror
+keyed like the trace per total: several reductions over one arrangement each keep their own,
+appended every step, rebuilt from the mirror after a step on Spark.
+
+Exact under negative multiplicities (plans/semantics.py `_reduce_group`): a sum's group
+exists while some record has a non-zero multiplicity, and is NULL while no record with a
+non-null value has one. A non-zero weight proves both; a zero weight proves neither (+1 and
+-1 cancel). So a key whose weight is zero before the step or at one of its times (a group
+that appears, vanishes, or holds only nulls) is re-evaluated from its group
+(executor/operators/reduce/driver.py), and only those. A sum over integers also keeps the sum of |x*d|
+(capped): it bounds what Spark's own sum adds up in any order, and once it reaches 2**62 the
+key is re-evaluated, which sends a sum that could overflow to Spark as before. Totals are
+kept below 2**62 (else the step runs on Spark) so merging their updates cannot overflow.
+"""
+from __future__ import annotations
+
+from pyspark.sql.types import DecimalType
+
+from executor.arrange.changes import Changes, Unsupported
+from executor.arrange.encoding import INTEGRAL, NULL_CODE
+from executor.arrange.mirror import Mirror, run_of
+from executor.operators.reduce import driver as reduce_host
+from gpu_kernels import (DiffOverflow, group_starts, multiply_diffs, running_segments, sort_by,
+                         sum_segments)
+from plans import ir
+
+BOUND = 2 ** 62  # totals stay below it; a sum's spread is capped at it
+
+
+def applies(node: ir.Reduce, view) -> bool:
+    """Whether the reduction keeps running totals: count, distinct of whole records, and
+    sum over integers or DECIMAL. A DOUBLE sum is re-evaluated over its group at each time:
+    float addition depends on its order, so a running total would drift from it. Over an
+    imported arrangement only a trace that is its own totals qualifies: other totals would
+    live on the source's trace, which this runner does not write."""
+    red = node.reduction
+    if isinstance(node.input, ir.Imported) and not _own(red, view):
+        return False
+    if red.kind == "distinct":
+        return list(view.trace.keys) == view.batch.names
+    if red.kind == "sum":
+        return isinstance(view.batch.schema[red.column].dataType, (*INTEGRAL, DecimalType))
+    return red.kind == "count"
+
+
+def _own(red: ir.Reduction, view) -> bool:
+    """Whether the arrangement holds only the key columns: its diffs summed are the totals."""
+    return red.kind != "sum" and view.old.columns == list(view.trace.keys)
+
+
+def delta(step, node: ir.Reduce, view, ready):
+    """The reduction's changes for the step at the times of `ready` (the updates due before
+    upto; unconsolidated Changes in the node's schema); the new totals go on the
+    arrangement's commit. The trace's updates at or after the frontier (held, or due now in
+    `ready`) are left out of the totals before the step."""
+
+    xp, red, batch = step.xp, node.reduction, ready
+    schema = step.runner.node_schemas[node]
+    if batch.size == 0:
+        return step.empty(schema)
+    keys = list(view.trace.keys)
+    kinds = {f.name: f.dataType for f in batch.schema.fields}
+    if red.kind == "sum" and isinstance(kinds[red.column], DecimalType) and \
+            schema[red.column].dataType.scale != kinds[red.column].scale:
+        raise Unsupported(f"{node.label()}: Spark's sum has scale "
+                          f"{schema[red.column].dataType.scale}")
+    own = _own(red, view)
+    sources = [view.old] if own else _kept(step, node, view, keys, kinds)
+    try:
+        now = _Running(xp, [batch.col(k) for k in keys], batch.t,
+                       _terms(xp, red, dict(zip(batch.names, batch.cols)), batch.d, kinds),
+                       [m.below(step.lower).rows([batch.col(k) for k in keys])
+                        for m in sources], step.lower)
+    except DiffOverflow:
+        raise Unsupported(f"{node.label()}: a total beyond int64 (Spark reports it)") from None
+    _bounded(xp, node, now.now[:2])
+    since = view.trace.next_since(step.upto - 1)
+    if node.input in step.runner._counted:  # the trace is the totals: add the step's
+        added = Changes(view.old.schema, now.keys, now.t, now.step[0])
+        step.commits[node.input] = view.trace.host_appended(
+            view.old.appended(run_of(xp, now.keys, now.t, now.step[0]), since), step.upto,
+            since, step.delta(added))
+    elif not own:
+        step.commits[node.input].totals[red] = [
+            m.appended(run_of(xp, now.keys, now.t, d), since)
+            for m, d in zip(sources, now.changes())]
+    if red.kind == "distinct":
+        diff = xp.astype(now.now[0] > 0, xp.int64) - xp.astype(now.prev[0] > 0, xp.int64)
+        keep = xp.nonzero(diff != 0)[0]
+        return Changes(schema, [xp.take(k, keep) for k in now.keys], xp.take(now.t, keep),
+                       xp.take(diff, keep))
+    if red.kind == "count":
+        return _emitted(xp, schema, now.keys, now.t, now.now[0], now.prev[0],
+                        now.now[0] != 0, now.prev[0] != 0)
+    # sum: keys whose weight is ever zero (or whose spread is too wide) are re-evaluated
+    unsure = xp.logical_or(now.now[0] == 0, now.prev[0] == 0)
+    if len(now.now) > 2:
+        unsure = xp.logical_or(unsure, now.now[2] >= BOUND)
+    unsure = now.keys_of(unsure)
+    sure = xp.logical_not(xp.take(unsure, now.key))
+    out = _emitted(xp, schema, now.keys, now.t, now.now[1], now.prev[1], sure, sure)
+    if not bool(xp.any(unsure)):
+        return out
+    rows = now.updates_of(unsure)
+    again = reduce_host.delta(step, node, view, batch.take(xp, rows))
+    return Changes(schema, [xp.concat([a, b]) for a, b in zip(out.cols, again.cols)],
+                   xp.concat([out.t, again.t]), xp.concat([out.d, again.d]))
+
+
+def _bounded(xp, node: ir.Reduce, totals: list) -> None:
+    """Unsupported (the step runs on Spark) where a total reaches BOUND in absolute value."""
+
+    if any(bool(xp.any(xp.logical_or(x >= BOUND, x <= -BOUND))) for x in totals):
+        raise Unsupported(f"{node.label()}: a total near the int64 range")
+
+
+def _emitted(xp, schema, keys, t, now, prev, now_present, prev_present):
+    """(keys, value) at each time: the new value (+1) where present now, the previous one
+    (-1) where present before."""
+
+    a, b = xp.nonzero(now_present)[0], xp.nonzero(prev_present)[0]
+    cols = [xp.concat([xp.take(k, a), xp.take(k, b)]) for k in keys]
+    cols.append(xp.concat([xp.take(now, a), xp.take(prev, b)]))
+    return Changes(schema, cols, xp.concat([xp.take(t, a), xp.take(t, b)]),
+                   xp.concat([xp.ones_like(a), -xp.ones_like(b)]))
+
+
+def _terms(xp, red: ir.Reduction, cols: dict, d, kinds: dict) -> list:
+    """What each update adds to each total: [weight] for count and distinct; [weight, x*d]
+    for a sum, and |x*d| capped at BOUND (its spread) for a sum over integers."""
+    if red.kind != "sum":
+        return [d]
+    x = cols[red.column]
+    live = x != NULL_CODE
+    zero = xp.zeros_like(d)
+    value = multiply_diffs(xp, xp.where(live, x, zero), d)
+    terms = [xp.where(live, d, zero), value]
+    if isinstance(kinds[red.column], INTEGRAL):
+        wide = xp.logical_or(value >= BOUND, value <= -BOUND)
+        terms.append(xp.where(wide, xp.full_like(value, BOUND), xp.abs(value)))
+    return terms
+
+
+def _kept(step, node: ir.Reduce, view, keys: list[str], kinds: dict) -> list[Mirror]:
+    """The reduction's totals of the trace before the step: kept on the trace, or rebuilt
+    from its mirror (one pass; kept in place, being the same collection's)."""
+
+    red, trace, xp = node.reduction, view.trace, step.xp
+    if red in trace.totals:
+        return trace.totals[red]
+    whole = view.old.below(step.lower).all()
+    columns = dict(zip(view.old.columns, whole.cols))
+    try:
+        terms = _terms(xp, red, columns, whole.d, kinds)
+        t = xp.full_like(whole.t, step.lower - 1)
+        summed = _Running(xp, [columns[k] for k in keys], t, terms, [], step.lower - 1)
+    except DiffOverflow:
+        raise Unsupported(f"{node.label()}: a total beyond int64 (Spark reports it)") from None
+    totals = summed.now
+    _bounded(xp, node, totals[:2])
+    totals = totals[:2] + [xp.minimum(s, xp.asarray(BOUND)) for s in totals[2:]]
+    since = trace.next_since(step.lower - 1)
+    kept = trace.totals[red] = [
+        Mirror(xp, keys, len(keys)).appended(run_of(xp, summed.keys, summed.t, total), since)
+        for total in totals]
+    return kept
+
+
+class _Running:
+    """Totals of keys over time. The step's terms (one array per total, per update at `t`)
+    and the keys' totals before it (`held`: per total, a run of (keys, time, total), put at
+    F-1) are summed per (key, time), sorted, and run per key. Kept are the rows at or after
+    `lower`: `keys`, `t`, `step` (their terms summed), `now` and `prev` (each total after and
+    before), and `key` (each row's key, an index into keys_of's flags)."""
+
+    def __init__(self, xp, key_cols: list, t, terms: list, held: list, lower: int):
+        self.xp, self.n = xp, t.shape[0]
+        all_keys = [xp.concat([c] + [h.cols[i] for h in held]) for i, c in enumerate(key_cols)]
+        all_t = xp.concat([t] + [xp.full_like(h.t, lower - 1) for h in held])
+        all_terms = [xp.concat([x] + [h.d if j == s else xp.zeros_like(h.d)
+                                      for j, h in enumerate(held)])
+                     for s, x in enumerate(terms)]
+        self._perm = perm = sort_by(xp, [*all_keys, all_t])
+        sorted_keys = [xp.take(k, perm) for k in all_keys]
+        sorted_t = xp.take(all_t, perm)
+        starts = group_starts(xp, [*sorted_keys, sorted_t])
+        step = [sum_segments(xp, xp.take(x, perm), starts) for x in all_terms]
+        keys_at = [xp.take(k, starts) for k in sorted_keys]
+        t_at = xp.take(sorted_t, starts)
+        rows = starts.shape[0]
+        firsts = group_starts(xp, keys_at) if keys_at else \
+            xp.zeros(1 if rows else 0, dtype=xp.int64)
+        now = [running_segments(xp, s, firsts) for s in step]
+        self._keys = firsts.shape[0]
+        key = xp.searchsorted(firsts, xp.arange(rows, dtype=xp.int64), side="right") - 1
+        # each sorted update's key, to find the step's updates under flagged keys
+        self._update_key = xp.take(key, xp.searchsorted(
+            starts, xp.arange(perm.shape[0], dtype=xp.int64), side="right") - 1)
+        kept = xp.nonzero(t_at >= lower)[0]
+        self.key = xp.take(key, kept)
+        self.keys = [xp.take(k, kept) for k in keys_at]
+        self.t = xp.take(t_at, kept)
+        self.step = [xp.take(s, kept) for s in step]
+        self.now = [xp.take(s, kept) for s in now]
+        self.prev = [a - b for a, b in zip(self.now, self.step)]
+
+    def changes(self) -> list:
+        """Each total's change at each kept row, a spread saturating at BOUND."""
+        xp, cap = self.xp, self.xp.asarray(BOUND)
+        return self.step[:2] + [xp.minimum(now, cap) - xp.minimum(prev, cap)
+                                for now, prev in zip(self.now[2:], self.prev[2:])]
+
+    def keys_of(self, flags):
+        """Per key, whether one of its kept rows is flagged."""
+        xp = self.xp
+        hit = xp.zeros(self._keys, dtype=xp.bool)
+        hit[xp.take(self.key, xp.nonzero(flags)[0])] = True
+        return hit
+
+    def updates_of(self, keys):
+        """The positions, among the step's updates, of those under the flagged keys."""
+        xp = self.xp
+        rows = xp.take(self._perm, xp.nonzero(xp.take(keys, self._update_key))[0])
+        return xp.sort(xp.take(rows, xp.nonzero(rows < self.n)[0]))

@@ -1,0 +1,3 @@
+"""The runtime around the engine: the Spark session, configuration, limits and the
+errors users see.
+"""

@@ -3,7 +3,7 @@ a small step's latency is mostly its job count (DESIGN.md section 11).
 
 The triangle dataflow over an R-MAT graph loaded at time 0, then batches of changes (half
 deletions, as Arrow tables), a keyed count, and a temporal filter fed 3 rows a step (its
-updates held for later times), each with small steps on the driver (executor/host.py) and
+updates held for later times), each with small steps on the driver (executor/driver.py) and
 with every step on Spark; per step: the number of Spark jobs (from the status tracker), the
 seconds and the path; for the last step, each job's call site.
 

@@ -22,12 +22,13 @@ from pyspark.sql import DataFrame, functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
-from executor import host
+from executor import driver
+from executor.arrange import spark as arranged
 from executor.arrange.consolidate import consolidate
 from executor.arrange.encoding import Encoder
 from executor.arrange.spine import (Spine, as_frame, is_computed, materialise, materialise_all,
                                     output_log, summed)
-from executor.arrange.trace import Trace, View, arrange
+from executor.arrange.trace import Trace, View
 from executor.durability.state import arrow_digest
 from executor.inputs import tables as input_tables
 from executor.inputs.updates import normalise, read_source
@@ -62,9 +63,15 @@ class StepResult:
     seconds: float
     changes: Mapping[str, DataFrame]  # this step's final output changes, per output
     skipped: bool = False  # a resumed runner recognised a committed step: nothing ran
-    host: bool = False  # the step ran on the driver (executor/host.py), no Spark job
-    # a driver step: each operator's own seconds, its inputs' excluded (host.operator_name)
+    # where the step ran: "driver" (executor/driver.py, no Spark job) or "spark"
+    placement: str = "spark"
+    # a driver step: each operator's own seconds, its inputs' excluded (driver.operator_name)
     operators: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def host(self) -> bool:
+        """Whether the step ran on the driver placement (placement == "driver")."""
+        return self.placement == "driver"
 
     def arrow(self, name: str) -> pa.Table:
         """An output's changes of this step as Arrow (records, time, diff): no Spark for
@@ -114,9 +121,9 @@ class Runner:
                                                      StructType(s.fields + UPDATE))
                        for n, s in self.input_schemas.items()}
         self.partitions = partitions(self.conf)
-        self._counted = counted(self.plan)  # arrangements counts keep as totals (executor/operators/reduce/counted.py)
+        self._counted = counted(self.plan)  # arrangements counts keep as totals (reduce/counted.py)
         self._late = late(self.plan)  # what may change at or after upto (lateness.py)
-        self._hosted = host.supports(self)  # small steps may run on the driver (host.py)
+        self._on_driver = driver.supports(self)  # small steps may run on the driver (driver.py)
         # Arrange -> Trace; Reduce, (Query, relation) -> updates waiting for their time (a
         # Spark frame, or Arrow after a driver step: either placement reads both)
         self._state: dict[object, object] = {}
@@ -134,9 +141,10 @@ class Runner:
         self.encoder = shared[0] if shared else Encoder()
         self.frontier = 0
         self.steps = 0
+        self._placement: Optional[str] = None  # where the last step ran (explain)
         self.closed = False
         self._pending: dict[str, object] = {n: None for n in self.plan}  # as _state's waiting
-        self.history = output_history(self.conf)  # what the output logs keep (executor/runtime/config.py)
+        self.history = output_history(self.conf)  # what the output logs keep (runtime/config.py)
         self._logs: dict[str, Spine] = {n: output_log(self.history) for n in self.plan}
         self._tables = input_tables.tables(flow)  # keyed and strict inputs' current rows
         self._subscriptions = Subscriptions()  # callbacks after each committed step
@@ -211,9 +219,9 @@ class Runner:
         if isinstance(node, ir.Consolidate):
             return consolidate(kids[0], step.time_cols)
         if isinstance(node, ir.Arrange):
-            return self._arrange(node, kids[0], step)
+            return arranged.arrange(self, node, kids[0], step)
         if isinstance(node, ir.Imported):
-            return self._import(node, step)
+            return arranged.imported(self, node, step)
         if isinstance(node, ir.Join):
             left, right = (step.views[c] for c in node.children())
             return join.delta(node, left, right, step.time_cols, kids[0].limit(0),
@@ -252,47 +260,6 @@ class Runner:
                         not holds_back(node, self._late) else df
             return out
         raise PlanError(f"{node.label()}: no executor for this operator")
-
-    def _arrange(self, node: ir.Arrange, delta: DataFrame, step: "_Step") -> DataFrame:
-        """Arrange the step's updates into a new batch of the node's trace (one per node)."""
-        keys = list(node.keys) if node.keys is not None else \
-            linear.record_columns(delta, step.time_cols)
-        missing = [k for k in keys if k not in delta.columns]
-        if missing:
-            raise PlanError(f"{node.label()}: no column {missing} to arrange by")
-        trace = step.state.get(node) or Trace(keys, step.time_cols, self.partitions)
-        if step.resolving:
-            step.views[node] = View(keys, [], [])
-            return delta
-        if node in self._counted:  # its counts keep per-key totals in its place
-            step.views[node] = View(keys, trace.batches, [] if node in step.empty else [delta])
-            step.commits[node] = trace
-            return delta
-        if node in step.empty:
-            step.views[node] = View(keys, trace.batches, [])
-            step.commits[node] = trace.appended(None, 0, step.upper, step.since)
-            return delta
-        batch, size = arrange(delta, keys, step.time_cols, self.partitions)
-        step.views[node] = View(keys, trace.batches, [batch] if size else [])
-        step.commits[node] = trace.appended(batch, size, step.upper, step.since)
-        return batch
-
-    def _import(self, node: ir.Imported, step: "_Step") -> DataFrame:
-        """Read another runner's live trace: batches before the frontier as `old`, the
-        step's interval as `delta` (filters keep the arranged layout: no copy)."""
-        handle = node.handle
-        if step.resolving:
-            step.views[node] = View(list(handle.keys), [], [])
-            return handle.empty()
-        if step.upper > handle.runner.frontier:
-            raise PlanError(f"{node.label()}: upto {step.upper} is beyond the source "
-                            f"runner's frontier {handle.runner.frontier}")
-        lo, hi = F.col(TIME) >= self.frontier, F.col(TIME) < step.upper
-        batches = handle.trace.batches
-        step.views[node] = View(list(handle.keys), [b.where(~lo) for b in batches],
-                                [b.where(lo & hi) for b in batches])
-        step.holds.append((handle, step.upper - 1))
-        return step.views[node].delta_frame(handle.empty())
 
     # ------------------------------------------------------------------ steps
     def step(self, updates: Optional[dict] = None, upto: Optional[int] = None,
@@ -341,8 +308,8 @@ class Runner:
         ruled = None
         if replay is None and self._tables:  # keyed and strict inputs (executor/inputs/tables.py)
             updates, ruled = input_tables.translate(self, updates, lower, upto)
-        if replay is None and self._hosted:
-            done = self._host_step(updates, upto)
+        if replay is None and self._on_driver:
+            done = self._driver_step(updates, upto)
             if done is not None:
                 logs = {n: self._logs[n].appended(t) if t.num_rows else self._logs[n]
                         for n, t in done.tables.items()}
@@ -352,7 +319,7 @@ class Runner:
                 except (Py4JJavaError, PySparkException) as e:
                     raise self._refused(e) from None
                 result = self._advance(Frames(done.tables), done.pending, logs, done.commits,
-                                       done.holds, upto, started, ruled, host=True)
+                                       done.holds, upto, started, ruled, "driver")
                 result.operators = done.seconds
                 return result
         frames = {name: read_source(self.spark, name, src, self.input_schemas[name])
@@ -402,10 +369,11 @@ class Runner:
                                INFINITY if upto is None else upto, upto is None,
                                ruled.batches(self._tables))
 
-    def _host_step(self, updates: dict, upto: Optional[int]) -> Optional[host.Done]:
-        """The step on the driver (executor/host.py), or None to run it on Spark."""
+    def _driver_step(self, updates: dict, upto: Optional[int]) -> Optional[driver.Done]:
+        """The step on the driver placement (executor/driver.py), or None to run it on
+        Spark."""
         try:
-            done = host.step(self, updates, upto)
+            done = driver.step(self, updates, upto)
             if done is not None:
                 limits.check_outputs(self.conf, done.tables, self.steps + 1)
             return done
@@ -421,7 +389,7 @@ class Runner:
                          f"{_first_line(e)}{limits.memory_hint(e)}")
 
     def _advance(self, changes, pending, logs, commits, holds, upto, started, ruled=None,
-                 host: bool = False) -> StepResult:
+                 placement: str = "spark") -> StepResult:
         """Commit a step that has succeeded: its state replaces the runner's."""
         self._pending, self._logs = pending, logs
         if ruled is not None:
@@ -431,8 +399,9 @@ class Runner:
             handle.hold(since)
         lower, self.frontier = self.frontier, INFINITY if upto is None else upto
         self.steps += 1
+        self._placement = placement
         return StepResult(self.steps, lower, self.frontier, clock.perf_counter() - started, changes,
-                          host=host)
+                          placement=placement)
 
     def _run(self, step: "_Step"):
         """Every output's changes for the step, and every reduction's pending updates,
@@ -499,9 +468,11 @@ class Runner:
                 .where(F.col(label) != 0))
 
     def explain(self) -> str:
-        """The plan as written and as run (after the optimizer, plans/optimizer)."""
+        """The plan as written and as run (after the optimizer, plans/optimizer), and where
+        its steps run (the placement rule, and the last step's placement)."""
         return ("== plan ==\n" + ir.explain(self.flow.outputs) +
-                "\n== optimized ==\n" + ir.explain(self.plan))
+                "\n== optimized ==\n" + ir.explain(self.plan) +
+                "\n== placement ==\n" + driver.describe(self, self._placement))
 
     def physical_plan(self, name: str) -> str:
         """Spark's executed plan for one step of an output (before consolidation)."""
@@ -521,7 +492,7 @@ class Runner:
 
     def stats(self) -> dict[str, dict]:
         """Per arrangement: batches, records, bytes, since and upper."""
-        return {host.operator_name(node): trace.stats()
+        return {driver.operator_name(node): trace.stats()
                 for node, trace in self._state.items() if isinstance(trace, Trace)}
 
 
@@ -534,7 +505,7 @@ class _Step:
     state: dict = None  # Runner._state, or an iterate scope's traces over it
     lower: int = 0  # the frontier the step starts from
     time_cols: list = field(default_factory=lambda: list(TIME_COLS))
-    scope: object = None  # the iterate scope (executor/operators/iterate/spark.py) running this round
+    scope: object = None  # the iterate scope (iterate/spark.py) running this round
     resolving: bool = False  # building on empty inputs to learn schemas: no jobs, no state
     given: set = field(default_factory=set)  # inputs with updates this step
     empty: set = field(default_factory=set)  # nodes whose changes are known to be empty

@@ -1,7 +1,7 @@
-"""Durable runners on the driver placement (executor/host.py, executor/durability/state.py): driver steps
-commit an iterate scope's traces (two time columns) and the updates held for later times (an
-output's, a reduction's by a STRING key, a query relation's) as Arrow into the manifest; the
-runner dies at a commit point, a new one resumes and repeats the driver from the start, each
+"""Durable runners on the driver placement (executor/driver.py, executor/durability/state.py):
+driver steps commit an iterate scope's traces (two time columns) and the updates held for later
+times (an output's, a reduction's by a STRING key, a query relation's) as Arrow into the manifest;
+the runner dies at a commit point, a new one resumes and repeats the driver from the start, each
 step placed on the driver or on Spark as drawn. The outputs are the reference interpreter's."""
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def feed(spark, runner, inputs: dict, cuts: list, driver: list) -> list:
     Spark); a step the state recognises as committed is skipped wherever it was placed."""
     lo, results = 0, []
     for upto, on_driver in zip(cuts, driver):
-        runner._hosted = on_driver
+        runner._on_driver = on_driver
         result = runner.step({n: updates_df(spark, ddl, [u for u in ups if lo <= u[1] < upto])
                               for n, (ddl, ups) in inputs.items()}, upto=upto)
         assert result.host == (on_driver and not result.skipped), upto
@@ -63,7 +63,7 @@ def test_durable_iterate_and_held_updates_die_resume_and_switch_placement(
     inputs = {"edges": (EDGE, edges), "roots": (ROOT, roots), "ev": (EV, events)}
 
     def close(runner, placed):
-        runner._hosted = placed[-1]
+        runner._on_driver = placed[-1]
         return runner.close()
     results, second = die_and_resume(
         spark, conf, flow, inputs, cuts, str(tmp_path_factory.mktemp("state")), monkeypatch,

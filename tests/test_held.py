@@ -1,4 +1,4 @@
-"""Updates held for later times on the driver placement (executor/host.py): temporal filters,
+"""Updates held for later times on the driver placement (executor/driver.py): temporal filters,
 join_function expressions with times and diffs and a kernel stage move updates past a step's
 `upto`; outputs, reductions, joins and queries downstream hold them until the frontier passes
 them. Checked against the reference interpreter and a runner on Spark, step by step and at
@@ -80,15 +80,15 @@ def test_held_updates_three_ways(spark, conf, updates, cuts, data):
     for upto in cuts:
         feed = {"ev": updates_df(spark, EV, [u for u in updates if lo <= u[1] < upto])}
         on_driver = data.draw(st.booleans(), label=f"driver step to {upto}")
-        switching._hosted = on_driver
+        switching._on_driver = on_driver
         assert driver.step(feed, upto=upto).host
         assert not spark_only.step(feed, upto=upto).host
         assert switching.step(feed, upto=upto).host == on_driver
         lo = upto
         _check(flow, runners, expected, upto)
-    switching._hosted = data.draw(st.booleans(), label="driver close")
+    switching._on_driver = data.draw(st.booleans(), label="driver close")
     assert driver.close().host and not spark_only.close().host
-    assert switching.close().host == switching._hosted
+    assert switching.close().host == switching._on_driver
     _check(flow, runners, expected, None)
 
 
@@ -114,7 +114,7 @@ def test_a_temporal_filter_holds_across_placements(spark, conf):
     lo = 0
     for upto, on_driver in ((1, True), (2, False), (4, True), (5, True)):
         feed = {"ev": updates_df(spark, EV, [u for u in ups if lo <= u[1] < upto])}
-        runner._hosted = on_driver
+        runner._on_driver = on_driver
         assert runner.step(feed, upto=upto).host == on_driver
         held = runner._pending["live"]
         assert isinstance(held, pa.Table if on_driver else DataFrame)

@@ -1,4 +1,4 @@
-"""Small steps on the driver (executor/host.py) against Spark and the reference interpreter:
+"""Small steps on the driver (executor/driver.py) against Spark and the reference interpreter:
 every hosted operator on random update streams with retractions over several steps, steps
 that switch between the two paths, input errors, and host mirrors against brute force."""
 from __future__ import annotations
@@ -114,6 +114,29 @@ def test_local_rows_of_every_kind(spark, conf):
     assert outputs_rows(runner, ["c"])["c"] == consolidate(
         [((1, 2), 0, 1), ((1, 2), 1, -1), ((1, 3), 1, 1), ((2, 1), 2, 1), ((1, 3), 3, -1),
          ((1, 2), 3, 1)])
+
+
+def test_explain_and_the_step_result_name_the_placement(spark, conf):
+    """The placement is one word per step (StepResult.placement), and explain shows the rule
+    and the last step's placement: a step above diffspark.host.step_rows runs on Spark, one
+    below it on the driver, and a runner with step_rows=0 says every step runs on Spark."""
+    flow = Dataflow()
+    flow.output("c", flow.input("g", G).count(by=["src"]))
+    runner = Runner(flow, conf=conf | {"diffspark.host.step_rows": "2"}, spark=spark)
+    placement = runner.explain().split("== placement ==\n", 1)[1]
+    assert placement.startswith("driver: a step whose inputs hold at most 2 rows each "
+                                "(diffspark.host.step_rows)") and "last step: none yet" in placement
+    big = pa.table({"src": [1, 1, 2], "dst": [2, 3, 4], "time": [0, 0, 0], "diff": [1, 1, 1]})
+    result = runner.step({"g": big}, upto=1)
+    assert result.placement == "spark" and not result.host
+    assert runner.explain().endswith("last step: spark")
+    result = runner.step({"g": pa.table({"src": [5], "dst": [6], "time": [1], "diff": [1]})},
+                         upto=2)
+    assert result.placement == "driver" and result.host
+    assert runner.explain().endswith("last step: driver")
+    spark_only = Runner(flow, conf=conf | SPARK_ONLY, spark=spark)
+    assert "== placement ==\nspark: every step (diffspark.host.step_rows=0)" in \
+        spark_only.explain()
 
 
 TYPED = ("k BIGINT, s STRING, d DATE, p DECIMAL(10,2), ts TIMESTAMP, x DOUBLE, "

@@ -1,5 +1,5 @@
-"""Iteration to a fixed point (executor/operators/iterate/spark.py, executor/operators/reduce/product.py; on the driver
-placement executor/host.py).
+"""Iteration to a fixed point (executor/operators/iterate/, executor/operators/reduce/product.py;
+both placements).
 
 The harness of differential-dataflow's tests/bfs.rs and tests/scc.rs: random graphs whose
 edges and roots come and go over many steps, every output compared at every time with a

@@ -91,8 +91,8 @@ def test_current_history_keeps_the_present_exact(spark, conf, tmp_path_factory, 
             runner.release_state()
             runner = Runner(f, conf=conf | CURRENT, spark=spark, state=state)
         feed = {"s": updates_table(DDL, [u for u in stream if u[1] == t])}
-        runner._hosted = t not in spark_steps
-        assert runner.step(feed, upto=t + 1).host == runner._hosted
+        runner._on_driver = t not in spark_steps
+        assert runner.step(feed, upto=t + 1).host == runner._on_driver
         for name in f.outputs:
             log = rows_of(runner.output(name))
             want = [u for u in expected[name] if u[1] <= t]

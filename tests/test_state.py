@@ -1,5 +1,5 @@
-"""Durable state (executor/durability/state.py): a runner on a state directory that is dropped, or dies
-at any point of a commit, and is resumed gives the reference interpreter's answer; the lock
+"""Durable state (executor/durability/state.py): a runner on a state directory that is dropped,
+or dies at any point of a commit, and is resumed gives the reference interpreter's answer; the lock
 refuses a second runner; garbage collection keeps exactly what the manifest names."""
 from __future__ import annotations
 
@@ -322,14 +322,14 @@ def placed(tmp, ddl, ups, driver: bool):
 def feed_placed(runner, inputs, cuts, driver: list, tmp) -> list:
     """Step to each of `cuts` from time 0, step i on the driver where driver[i] (the
     runner's placement is restored after)."""
-    lo, results, hosted = 0, [], runner._hosted
+    lo, results, hosted = 0, [], runner._on_driver
     for i, upto in enumerate(cuts):
         batch = {n: placed(tmp, ddl, [u for u in ups if lo <= u[1] < upto], driver[i])
                  for n, (ddl, ups) in inputs.items()}
-        runner._hosted = hosted and driver[i]
+        runner._on_driver = hosted and driver[i]
         results.append(runner.step(batch, upto=upto))
         lo = upto
-    runner._hosted = hosted
+    runner._on_driver = hosted
     return results
 
 

@@ -42,7 +42,7 @@ node = st.integers(0, 3)
 edge = st.tuples(st.tuples(node, node), st.integers(0, HORIZON - 1),
                  st.sampled_from([-1, 1, 1, 2]))
 cuts = st.sets(st.integers(1, HORIZON - 1), max_size=2).map(lambda s: sorted(s) + [HORIZON])
-# the whole step on the driver (executor/host.py); on Spark with the rules on the driver's
+# the whole step on the driver (executor/driver.py); on Spark with the rules on the driver's
 # arrays; on Spark with local_rows=1: every step with more than one seed as Spark SQL
 SPARK = {"diffspark.host.step_rows": "0"}
 PATHS = pytest.mark.parametrize(

@@ -6,8 +6,9 @@ Fields: `step`, `lower`, `upto`, `placement` ("driver": no Spark job; "spark"), 
 `input_rows` and `output_changes` per name, `seconds` (`step`: the runner's step; `total`:
 reading the files to the outputs written), `operator_seconds` (a step on the driver:
 each operator's own seconds, its inputs' excluded, summed over an iterate's rounds,
-`StepResult.operators`; a step on Spark: each iterate's rounds summed), `traces` (per arrangement: records, bytes,
-batches, where stored, the driver mirror's records and bytes: `runner.stats()`),
+`StepResult.operators`; a step on Spark: each iterate's rounds summed), `traces` (per
+arrangement: records, bytes, batches, where stored, the driver mirror's records and bytes:
+`runner.stats()`),
 `driver_rss_bytes`, `lag_seconds` (`max`: the oldest file's modification time to the
 step's outputs written, `min`: the newest file's) and `written_at` (Unix seconds).
 """
@@ -28,7 +29,7 @@ def step_record(runner, result, input_rows: dict, files: int, total: float,
     its earlier step's list there)."""
     return {
         "step": result.step, "lower": result.lower, "upto": result.upper,
-        "placement": "driver" if result.host else "spark", "files": files,
+        "placement": result.placement, "files": files,
         "input_rows": input_rows,
         "output_changes": {name: result.arrow(name).num_rows for name in runner.plan},
         "seconds": {"step": round(result.seconds, 6), "total": round(total, 6)},

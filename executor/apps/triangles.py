@@ -2,11 +2,11 @@
 
 Edges are undirected: (a, b) and (b, a) are one edge, self loops are ignored, and an edge is
 present at time t while its accumulated multiplicity (either direction) is positive. So the
-dataflow normalises each update to (least, greatest), drops loops, takes `distinct`, and
-counts `tri(x) :- u(x, y), u(y, z), u(x, z)` over the oriented edges u (x < y < z): each
-triangle once, maintained by the delta-query executor (executor/operators/query/spark.py). The head keeps x
-alone because only the count is wanted: y and z are summed out as they are bound, so a big
-step never holds its triangles listed (9.1M of them in a 1M-edge R-MAT graph's first step).
+dataflow normalises each update to (least, greatest), drops loops, takes `distinct`, and counts
+`tri(x) :- u(x, y), u(y, z), u(x, z)` over the oriented edges u (x < y < z): each triangle once,
+maintained by the delta-query executor (executor/operators/query/). The head keeps x alone because
+only the count is wanted: y and z are summed out as they are bound, so a big step never holds its
+triangles listed (9.1M of them in a 1M-edge R-MAT graph's first step).
 
 A static edge list (no time and diff) is counted by the array kernel
 (gpu_kernels.wcoj.count_triangles: degree orientation, CSR, batched intersection) on numpy
@@ -115,7 +115,7 @@ def count_change(result) -> int:
 
 def change_table(rows: list[tuple[int, int, int, int]]):
     """(src, dst, time, diff) rows as an Arrow table: local rows, which a small step reads
-    without a Spark job (executor/host.py)."""
+    without a Spark job (executor/driver.py)."""
     import pyarrow as pa
 
     cols = list(zip(*rows)) if rows else [(), (), (), ()]

@@ -1,6 +1,6 @@
 """A step's updates on the driver placement, as arrays: what every operator's driver reads and
-writes (executor/host.py walks the plan; executor/operators/reduce/driver.py, totals.py and executor/operators/reduce/product.py
-reduce), and the signal that a step must run on Spark instead."""
+writes (executor/driver.py walks the plan, calling executor/operators/<family>/driver.py),
+and the signal that a step must run on Spark instead."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

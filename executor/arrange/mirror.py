@@ -4,7 +4,7 @@ A small step touches a few keys of arrangements that hold millions of updates; r
 through Spark costs jobs that scan every batch. A mirror holds the same updates as runs of
 arrays (numpy, or cupy on a GPU) sorted by (keys, values, time), merged geometrically by the
 trace's own Spine rule and compacted to the same `since`, so a lookup is a few binary
-searches per run (executor/host.py). While driver steps append to it, the mirror is the
+searches per run (executor/driver.py). While driver steps append to it, the mirror is the
 trace's storage: Spark receives it (decoded, arranged once) only when a Spark step or a
 reader of Spark batches next needs the trace (Trace.synced), so no second copy of the
 driver's updates is kept for Spark.
@@ -50,7 +50,7 @@ class Mirror:
     """A trace's updates on the host: `columns` are its record columns, keys first.
     `schema` (the trace's updates as Spark has them: records in their order, time, diff) and
     `encoder` decode the mirror back to Arrow (`table`). Reads see only times below `upper`
-    (an importing runner's view, executor/host.py)."""
+    (an importing runner's view, executor/driver.py)."""
 
     def __init__(self, xp, columns: list[str], nkeys: int, spine: Spine | None = None,
                  schema: StructType | None = None, encoder=None, upper: int | None = None):

@@ -16,13 +16,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
 
 T = TypeVar("T")
 
 # Checkpointed batches are kept serialized (Kryo, spilling to disk): the triangle benchmark's
 # 3.3M arranged records take 29.7 MiB instead of 314 MiB as row objects (a row object and a
 # byte array each), and a read pays a deserialization. Traces are long-lived and mostly cold
-# once the driver serves small steps (executor/host.py), so their footprint is what counts.
+# once the driver serves small steps (executor/driver.py), so their footprint is what counts.
 STORAGE = StorageLevel.MEMORY_AND_DISK
 
 
@@ -137,6 +138,16 @@ def as_table(batch, limit: int) -> Optional[pa.Table]:
         return batch
     table = batch.limit(limit + 1).toArrow()
     return table if table.num_rows <= limit else None
+
+
+def local_rows(df: DataFrame) -> pa.Table:
+    """The rows of a local frame as Arrow (no job when Catalyst folds it into the local
+    rows)."""
+    rows = df.collect()
+    columns = list(zip(*rows)) if rows else [()] * len(df.columns)
+    arrow = to_arrow_schema(df.schema)
+    return pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(columns, arrow)],
+                                schema=arrow)
 
 
 def _log_combine(a, b):

@@ -43,7 +43,7 @@ class Trace:
     """A spine of arranged batches with the frontiers `since` (times below it are advanced
     to it on merge) and `upper` (every update at a time below it is in the trace).
 
-    Steps run on the driver (executor/host.py) update `mirror`, the trace's host copy, and
+    Steps run on the driver (executor/driver.py) update `mirror`, the trace's host copy, and
     mark the Spark batches `stale`: the mirror then holds every update, and the first reader
     of `batches` replaces them by the mirror, decoded and arranged as one Spark batch. A
     Spark step's append drops the mirror (rebuilt on demand). A durable runner's driver
@@ -63,7 +63,7 @@ class Trace:
     mirror: Optional[Mirror] = None
     stale: bool = False  # the mirror holds updates the Spark batches lack
     unsynced: tuple = ()  # durable runners only: each driver step's updates since `spine`
-    totals: dict = field(default_factory=dict)  # Reduction -> its totals (executor/operators/reduce/totals.py)
+    totals: dict = field(default_factory=dict)  # Reduction -> its totals (reduce/totals.py)
     mirrorable: bool = True  # False once it held what a mirror cannot (a null): for good
 
     def __post_init__(self):

@@ -6,11 +6,11 @@ uses the same hash as `repartition(P, key)`), it reads back already partitioned:
 it is a scan and a sort within partitions, with no shuffle and no re-consolidation.
 benchmarks/durability.py (c) measured it against plain Parquet re-partitioned on load: at
 2M records, restore 7.7 s against 10.6 s (and 21.9 s re-arranged), for a slower write (11.2
-s against 4-8 s), under heavy shared load (README, Durability). The table is registered only to write or read the files and dropped
-at once; it is external, so dropping it leaves the files.
+s against 4-8 s), under heavy shared load (README, Durability). The table is registered only
+to write or read the files and dropped at once; it is external, so dropping it leaves the files.
 
 A batch without keys, or restored by a runner with another P, is read as plain Parquet and
-arranged again. So is a batch a driver step wrote (executor/host.py): it is an Arrow table,
+arranged again. So is a batch a driver step wrote (executor/driver.py): it is an Arrow table,
 written plain by pyarrow with no Spark job, and Spark's bucketing hash is not reproduced.
 """
 from __future__ import annotations

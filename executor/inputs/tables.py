@@ -218,7 +218,7 @@ class Ruled:
 def translate(runner, updates: dict, lower: int, upto: Optional[int]) -> tuple[dict, Ruled]:
     """`updates` with each keyed or strict input's replaced by its ordinary updates (an
     Arrow table either placement reads), and what the step does to the tables."""
-    from executor.host import _ready
+    from executor.driver import _ready
     out, changes, digests = dict(updates), {}, {}
     for name, table in runner._tables.items():
         if name not in updates:

@@ -103,7 +103,7 @@ def parquet_table(name: str, path) -> "Optional[pa.Table]":
     placement's input: a step from a file costs no job), or None where Spark must read it
     (not Parquet, partition subfolders, files Spark would rebase, unreadable ones: Spark's
     reader then words the refusal). The caller keeps the table only where every column
-    already has the Arrow type Spark reads for the input's schema (host._ready), so the
+    already has the Arrow type Spark reads for the input's schema (driver._ready), so the
     values are the ones Spark would read."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -189,7 +189,7 @@ def normalise(name: str, df: DataFrame, schema: StructType, frontier: int,
     Absent `time` means the step's frontier (time 0 in a first step); absent `diff` means +1.
     Given a dict `digest`, the same job also sets digest[name] to a content hash of the
     normalised rows (durable state recognises a repeated step by it). `local`: `df` is a
-    few local rows, checked on the driver (executor/host.py), no digest.
+    few local rows, checked on the driver (executor/driver.py), no digest.
     """
     given = {f.name.lower(): f for f in df.schema.fields}
     wanted = {f.name.lower() for f in schema.fields} | {TIME, DIFF}

@@ -142,7 +142,7 @@ def local_query_rows(conf: Mapping[str, str]) -> int:
 
 def host_step_rows(conf: Mapping[str, str]) -> int:
     """The most updates per input (given as local rows) of a step that runs on the driver
-    (executor/host.py); 0 runs every step on Spark."""
+    (executor/driver.py); 0 runs every step on Spark."""
     if str(conf.get(HOST_STEP_ROWS_KEY, "")).strip() == "0":
         return 0
     return _positive_int(conf, HOST_STEP_ROWS_KEY, DEFAULT_HOST_STEP_ROWS)

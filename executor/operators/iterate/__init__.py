@@ -1,3 +1,3 @@
-"""Iteration to a fixed point over product times. The driver placement's rounds are in
-executor/host.py `_iterate`; the Spark placement's are spark.py.
+"""Iteration to a fixed point over product times: the rounds on the driver placement
+(driver.py) and on Spark (spark.py), one rule.
 """

@@ -10,7 +10,7 @@ result at iteration i, less the input at iteration 0, is the variable's change a
 i+1. The step is done when no change and nothing held back remains; the scope's output is
 the result summed over iterations, per epoch. Outer collections enter at iteration 0 by a
 projection, so an outer arrangement is read in place (its partitioning survives), never
-copied. The driver placement runs the same rule on arrays (executor/host.py `_iterate`).
+copied. The driver placement runs the same rule on arrays (executor/operators/iterate/driver.py).
 """
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ class Scope:
         var = enter(self.x, self.step.time_cols)
         rs = self._round_step(var, False)
         result = self.runner._build(self.node.body, rs)
-        inner, _ = ir.scope_of(self.node)  # their schemas, for the driver (executor/host.py)
+        inner, _ = ir.scope_of(self.node)  # their schemas, for the driver (executor/driver.py)
         self.step.memo.update({n: rs.memo[n] for n in inner if n in rs.memo})
         want, got = (_record_types(df, self.time_cols) for df in (var, result))
         if [(n.lower(), t) for n, t in want] != [(n.lower(), t) for n, t in got]:

@@ -1,3 +1,3 @@
-"""Binary joins of arrangements: dA x (B_old + dB) + A_old x dB. The driver placement's
-join is in executor/host.py `_join`; the Spark placement's is spark.py.
+"""Binary joins of arrangements: dA x (B_old + dB) + A_old x dB, on the driver placement
+(driver.py) and on Spark (spark.py).
 """

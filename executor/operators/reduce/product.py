@@ -113,11 +113,11 @@ def _differences(out: DataFrame, grid: DataFrame, keys: list[str], out_records, 
 
 
 # ---------------------------------------------------------------------- the driver placement
-def host_delta(step, node: ir.Reduce, view):
+def delta_in_scope(step, node: ir.Reduce, view):
     """The round's corrections of the reduction's output on the driver (Changes at product
     times, unconsolidated): the rule above on arrays, every grid point reduced at once by
-    executor/operators/reduce/driver.py's per-group reductions. `view.old` holds the key's history with
-    the iteration as its mirror's last column (executor/host.py `_arrange`)."""
+    driver.py's per-group reductions. `view.old` holds the key's history with the iteration
+    as its mirror's last column (executor/arrange/driver.py)."""
     from executor.operators.reduce.driver import _ids, reduced
 
     xp, scope, lower = step.xp, step.scope, step.lower
@@ -193,7 +193,7 @@ def host_delta(step, node: ir.Reduce, view):
             if nkeys else xp.arange(before.size, dtype=xp.int64)
         mine = before.take(xp, touched)
         parts.append(Changes.of(schema, mine.cols, mine.times, -mine.d))
-    return step._concat(parts)
+    return step.concat(parts)
 
 
 def _member(xp, cols: list, among: list):

@@ -1,0 +1,409 @@
+"""The driver placement: a whole step in this process on array kernels, no Spark job.
+
+Each Spark job costs 0.1-1 s whatever its size (DESIGN.md section 11), so a step of a thousand
+updates through a dozen operators costs seconds on Spark. When a step's updates are few (local
+tables; Parquet files pyarrow reads as Spark would; other frames and files fetched in one job)
+and every operator of the plan has a driver form, the runner runs the step here.
+
+This module is the step's graph walk (`DriverStep`): it evaluates each node once, calling its
+family's driver in executor/operators/<family>/driver.py (linear chains, joins, the reduce
+family, conjunctive queries, iterate's rounds) and executor/arrange/driver.py (arrangements
+and imported traces, read through the traces' mirrors). Record columns of every type are int64
+codes (executor/arrange/encoding.py). A pyarrow Table that already has the input's types is
+checked on Arrow; any other input goes through updates.normalise (a projection Catalyst folds
+into the local rows). An iterate's round is a walk of this same evaluator over the body.
+Outputs come back as Arrow; under durable state the step's new frames are committed as Arrow
+tables (executor/durability/state.py), with no Spark job.
+
+Updates that stages move to times at or after `upto` are held (DESIGN.md section 4): an
+output's, a reduction's and a query's relation's, each as one Arrow table (or, after a step
+on Spark, a Spark frame: executor/arrange/spine.py `as_frame` and `as_table` let either
+placement read the other's), released when the frontier passes them.
+
+Spark stays the reference and the state: traces receive the driver's updates when Spark next
+reads them. A step runs on Spark instead when it is big, when the plan holds another operator
+(a query inside an iterate), when an iterate's input holds updates for later times, or when a
+value has no code (`Unsupported`, raised before anything is committed). Tests run every
+operator both ways.
+"""
+from __future__ import annotations
+
+import os
+import time as clock
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from executor.arrange import driver as arrange
+from executor.arrange.changes import Changes, Unsupported, updates_schema
+from executor.arrange.encoding import NoCode, fits
+from executor.arrange.spine import as_table, local_rows
+from executor.durability.state import arrow_digest
+from executor.inputs.updates import normalise, parquet_table, read_source
+from executor.lateness import holds_back
+from executor.operators.iterate import driver as iterate
+from executor.operators.join import driver as join
+from executor.operators.linear import driver as linear
+from executor.operators.query import driver as query
+from executor.operators.reduce import (driver as reduce_host, product as reduce_product, top_k,
+                                       totals)
+from executor.runtime.config import (HOST_MIRROR_ROWS_KEY, HOST_STEP_ROWS_KEY, host_mirror_rows,
+                                     host_step_rows)
+from executor.time import DIFF, INFINITY, ITERATION, TIME
+from gpu_kernels import consolidate, namespace
+from plans import ir
+
+_HOSTED = (ir.Input, ir.Linear, ir.Concat, ir.Consolidate, ir.Arrange, ir.Imported, ir.Join,
+           ir.Query, ir.Reduce, ir.Iterate, ir.Variable)
+
+
+def supports(runner) -> bool:
+    """Whether the runner's plan can ever step on the driver placement."""
+    if host_step_rows(runner.conf) == 0:
+        return False
+    return all(isinstance(node, _HOSTED) for node in _every_node(runner.plan.values()))
+
+
+def describe(runner, last: Optional[str]) -> str:
+    """The placement rule for this runner's steps, as `Runner.explain` shows it, and where
+    the last step ran (`last`: StepResult.placement, None before the first step)."""
+    if runner._on_driver:
+        rule = (f"driver: a step whose inputs hold at most {host_step_rows(runner.conf):,} "
+                f"rows each ({HOST_STEP_ROWS_KEY}), whose arrangements hold at most "
+                f"{host_mirror_rows(runner.conf):,} records ({HOST_MIRROR_ROWS_KEY}) and whose "
+                "values all have codes; spark: any other step, a conjunctive query inside an "
+                "iterate, an iterate whose inputs hold updates for later times")
+    elif host_step_rows(runner.conf) == 0:
+        rule = f"spark: every step ({HOST_STEP_ROWS_KEY}=0)"
+    else:
+        rule = "spark: every step (an operator of the plan has no driver form)"
+    return rule + "\nlast step: " + (last or "none yet")
+
+
+def _every_node(roots) -> list[ir.Node]:
+    """The plan's nodes, iterate bodies included."""
+    out = []
+    for node in ir.topological(roots):
+        if isinstance(node, ir.Iterate):
+            out += _every_node([node.body])
+        out.append(node)
+    return out
+
+
+
+
+class DriverStep:
+    """One step's operators on the host: each node's changes (memo), the arrangements'
+    views, the traces to commit and the updates held for later times (before and after)."""
+
+    def __init__(self, runner, sources: dict[str, DataFrame], upto: int, held: dict):
+        self.runner, self.sources, self.upto, self.held = runner, sources, upto, held
+        self.lower = runner.frontier
+        self.xp = namespace(runner.backend)
+        self.encoder = runner.encoder
+        self.spark = runner.spark
+        self.memo: dict = {}
+        self.views: dict = {}
+        self.commits: dict = {}
+        self.holds: list = []  # (TraceHandle, since) per import read (Runner._advance)
+        self.pending: dict = {}  # as `held`, after the step (None: nothing waits)
+        self.state = runner._state  # the traces operators read (a scope's over them in a round)
+        self.scope = None  # the iterate scope whose round this walk is
+        self.clock = _Clock()  # shared by an iterate's rounds (shallow copies of this walk)
+
+    # ------------------------------------------------------------------ values
+    def changes(self, node: ir.Node) -> Changes:
+        value = self.value(node)
+        if isinstance(value, DataFrame):  # collected once, however many operators read it
+            value = self.memo[node] = self.encoded(local_rows(value), value.schema)
+        return value
+
+    def encoded(self, table: pa.Table, schema: StructType) -> Changes:
+        """Updates as Arrow (records, time, diff; columns by position) as Changes with
+        Spark `schema`."""
+        try:
+            codes = [self.encoder.encode(table.column(i), f.dataType)
+                     for i, f in enumerate(schema.fields[:-2])]
+        except NoCode as e:
+            raise Unsupported(str(e)) from None
+        xp = self.xp
+        n = table.num_columns
+        t, d = (xp.asarray(table.column(i).to_numpy().astype(np.int64)) for i in (n - 2, n - 1))
+        return Changes(schema, [xp.asarray(c) for c in codes], t, d)
+
+    def due(self, key, changes: Changes) -> Changes:
+        """`changes` with the updates held under `key`: those before upto, returned, and the
+        rest, held again (self.pending) until the frontier passes them."""
+        xp = self.xp
+        before = self.held.get(key)
+        if before is not None:
+            changes = self.concat([self.encoded(before, changes.schema), changes])
+        later = changes.t >= self.upto
+        self.pending[key] = self.consolidated(changes.take(xp, xp.nonzero(later)[0])).table(
+            xp, self.encoder) if bool(xp.any(later)) else None
+        return changes.take(xp, xp.nonzero(xp.logical_not(later))[0])
+
+    def value(self, node: ir.Node):
+        if node not in self.memo:
+            value = self.clock.timed(operator_name(node), lambda: self._evaluate(node))
+            if self.scope is not None and isinstance(node, (ir.Join, ir.Reduce)):
+                value = self.scope.admit(self, node, value)
+            self.memo[node] = value
+        return self.memo[node]
+
+    def _evaluate(self, node: ir.Node):
+        if isinstance(node, ir.Input):
+            source = self.sources.get(node.name)
+            schema = self.runner._empty[node.name].schema
+            if source is None:
+                return self.empty(schema)
+            return self.encoded(source, schema) if isinstance(source, pa.Table) else source
+        if isinstance(node, ir.Linear):
+            return linear.apply(self, node) if self.scope is None else linear.inner(self, node)
+        if isinstance(node, ir.Concat):
+            return self.concat([self.changes(c) for c in node.children()])
+        if isinstance(node, ir.Consolidate):
+            return self.consolidated(self.changes(node.input))
+        if isinstance(node, ir.Arrange):
+            return arrange.arrange(self, node)
+        if isinstance(node, ir.Imported):
+            return arrange.imported(self, node)
+        if isinstance(node, ir.Reduce):
+            return self._reduce(node)
+        if isinstance(node, ir.Join):
+            return join.delta(self, node)
+        if isinstance(node, ir.Query) and self.scope is None:
+            return query.delta(self, node)
+        if isinstance(node, ir.Iterate):
+            return iterate.run(self, node)
+        raise Unsupported(node.label())
+
+    def empty(self, schema: StructType) -> Changes:
+        none = self.xp.zeros(0, dtype=self.xp.int64)
+        k = 2 if ITERATION in schema.fieldNames() else 1
+        return Changes.of(schema, [none for _ in schema.fields[:-1 - k]], [none] * k, none)
+
+    def concat(self, parts: list[Changes]) -> Changes:
+        xp = self.xp
+        return Changes.of(parts[0].schema,
+                          [xp.concat([p.col(n) for p in parts]) for n in parts[0].names],
+                          [xp.concat(ts) for ts in zip(*(p.times for p in parts))],
+                          xp.concat([p.d for p in parts]))
+
+    def consolidated(self, c: Changes) -> Changes:
+        keys, d = consolidate(self.xp, [*c.cols, *c.times], c.d)
+        n = len(c.cols)
+        return Changes.of(c.schema, keys[:n], keys[n:], d)
+
+    def delta(self, changes: Changes) -> Optional[tuple]:
+        """(rows, a function decoding `changes` to Arrow) for a durable runner's state
+        directory to write as this step's trace batch; None without durable state."""
+        if self.runner._store is None:
+            return None
+        xp, encoder = self.xp, self.encoder
+        return changes.size, lambda: changes.table(xp, encoder)
+
+    # ------------------------------------------------------------------ reductions
+    def _reduce(self, node: ir.Reduce) -> Changes:
+        """Abelian reductions keep running totals per key (operators/reduce/totals.py); the
+        others re-evaluate the keys the step touches (operators/reduce/driver.py). Only updates
+        before upto are reduced; the rest wait (`due`), though the trace already holds them."""
+        self.value(node.input)
+        view = self.views[node.input]
+        if self.scope is not None:
+            return self.consolidated(reduce_product.delta_in_scope(self, node, view))
+        ready = self.due(node, view.batch)
+        family = totals if totals.applies(node, view) else \
+            top_k if top_k.applies(node) else reduce_host
+        return self.consolidated(family.delta(self, node, view, ready))
+
+    # ------------------------------------------------------------------ the step
+    def outputs(self) -> dict[str, Changes]:
+        """Each output's changes before upto (the rest held)."""
+        return {name: self.consolidated(self.due(name, self.changes(node)))
+                for name, node in self.runner.plan.items()}
+
+
+def operator_name(node: ir.Node) -> str:
+    """An operator as users read it: its label, and for an arrangement what it arranges
+    (runner.stats() names traces so)."""
+    if isinstance(node, ir.Arrange):
+        source = node.input
+        return f"{node.label()} of " + (source.name if isinstance(source, ir.Input)
+                                        else source.label())
+    return node.label()
+
+
+@dataclass
+class _Clock:
+    """Each operator's own seconds in a step (the time of the inputs it asks for excluded),
+    summed over an iterate's rounds: StepResult.operators."""
+    seconds: dict = field(default_factory=dict)
+    nested: list = field(default_factory=list)  # the inputs' seconds, per open operator
+
+    def timed(self, name: str, evaluate):
+        started = clock.perf_counter()
+        self.nested.append(0.0)
+        try:
+            return evaluate()
+        finally:
+            spent = clock.perf_counter() - started
+            self.seconds[name] = self.seconds.get(name, 0.0) + spent - self.nested.pop()
+            if self.nested:
+                self.nested[-1] += spent
+
+
+@dataclass
+class Done:
+    """A step the driver ran: each output's changes as Arrow tables and its updates held for
+    later times, the state to commit (traces; reductions' and queries' held updates), the
+    holds on imported traces, and (durable runners) each input's content hash."""
+
+    tables: dict
+    pending: dict
+    commits: dict
+    holds: list
+    digests: dict
+    seconds: dict  # each operator's own seconds (_Clock)
+
+
+def step(runner, updates: dict, upto: Optional[int]) -> Optional[Done]:
+    """The step run on the driver, or None when it must run on Spark. upto None (close)
+    releases everything held. Input errors raise InputError before anything changes."""
+    limit = host_step_rows(runner.conf)
+    sources = {}
+    for name, source in updates.items():
+        schema = runner.input_schemas[name]
+        if isinstance(source, (str, os.PathLike)):  # Parquet pyarrow reads as Spark would
+            table = parquet_table(name, source)
+            if table is not None and table.num_rows > limit:
+                return None
+            if table is not None and (ready := _ready(table, schema, runner.frontier,
+                                                      upto)) is not None:
+                sources[name] = ready
+                continue
+        if isinstance(source, pa.Table):
+            if source.num_rows > limit:
+                return None
+            ready = _ready(source, schema, runner.frontier, upto)
+            if ready is not None:
+                sources[name] = ready
+                continue
+        rows = _local(read_source(runner.spark, name, source, schema), limit)
+        if rows is None:
+            return None
+        if isinstance(rows, pa.Table):  # collected from a computed frame: check it on Arrow
+            ready = _ready(rows, schema, runner.frontier, upto)
+            if ready is not None:
+                sources[name] = ready
+                continue
+            rows = runner.spark.createDataFrame(rows)
+        sources[name] = normalise(name, rows, schema, runner.frontier, upto, local=True)
+    held = _held(runner)
+    if held is None:
+        return None
+    host = DriverStep(runner, sources, INFINITY if upto is None else upto, held)
+    try:
+        outs = host.outputs()
+    except Unsupported:
+        return None
+    arrow = {name: to_arrow_schema(runner.schemas[name]) for name in outs}
+    tables = {name: c.table(host.xp, host.encoder).cast(arrow[name]) for name, c in outs.items()}
+    pending = {name: None if host.pending[name] is None else host.pending[name].cast(arrow[name])
+               for name in outs}
+    state = {key: table for key, table in host.pending.items() if key not in outs}
+    digests = {} if runner._store is None else {  # of the rows as given, not as coded
+        name: arrow_digest(s if isinstance(s, pa.Table) else local_rows(s))
+        for name, s in sources.items()}
+    return Done(tables, pending, host.commits | state, host.holds, digests, host.clock.seconds)
+
+
+def _held(runner) -> Optional[dict]:
+    """The updates held for later times (outputs', reductions', queries') as Arrow; a
+    Spark step's frames are read once (a job each), None when one holds more than the
+    driver's state may (diffspark.host.mirror_rows)."""
+    limit = host_mirror_rows(runner.conf)
+    held = {}
+    for key in [*runner._pending, *_holding(runner)]:
+        value = runner._pending[key] if isinstance(key, str) else runner._state.get(key)
+        if value is None:
+            continue
+        held[key] = as_table(value, limit)
+        if held[key] is None:
+            return None
+    return held
+
+
+def _holding(runner) -> list:
+    """The keys of the runner's state under which reductions and queries may hold updates
+    (asked for one by one: a resumed runner's state reads an entry when asked,
+    executor/durability/state.py `_LazyState`)."""
+    keys = []
+    for node in ir.topological(runner.plan.values()):
+        if isinstance(node, ir.Reduce) and holds_back(node, runner._late):
+            keys.append(node)
+        elif isinstance(node, ir.Query) and holds_back(node, runner._late):
+            keys += [(node, r) for r in node.relations]
+    return keys
+
+
+def _ready(table: pa.Table, schema: StructType, frontier: int, upto: int) -> Optional[pa.Table]:
+    """A pyarrow Table that already has the input's Arrow types and breaks no rule, as
+    (records, time, diff) without Spark; None sends it through updates.normalise, which
+    converts what needs converting and words the refusal of what breaks a rule."""
+    given = {f.name.lower(): f.name for f in table.schema}
+    if len(given) != table.num_columns or \
+            set(given) - {f.name.lower() for f in schema.fields} - {TIME, DIFF}:
+        return None
+    n, columns = table.num_rows, []
+    for f, arrow in zip(schema.fields, to_arrow_schema(schema)):
+        name = given.get(f.name.lower())
+        if name is None or table.schema.field(name).type != arrow.type:
+            return None
+        column = table.column(name)
+        if column.null_count and not f.nullable or not fits(column, f.dataType):
+            return None
+        columns.append(column)
+    for special, default in ((TIME, frontier), (DIFF, 1)):
+        name = given.get(special)
+        if name is None:
+            columns.append(pa.array(np.full(n, default, dtype=np.int64)))
+            continue
+        column = table.column(name)
+        if column.type != pa.int64() or column.null_count:
+            return None
+        columns.append(column)
+    t, d = (np.asarray(c.to_numpy()) for c in columns[-2:])
+    if n and (t.min() < frontier or t.max() >= upto or d.min() == np.iinfo(np.int64).min
+              or float(np.abs(d).sum(dtype=np.float64)) >= 2.0 ** 62):
+        return None
+    return pa.Table.from_arrays(columns, schema=to_arrow_schema(updates_schema(
+        list(schema.fields))))
+
+
+# The most bytes Spark's size estimate may give a frame the driver fetches to count its rows:
+# a generous width per update row, and a floor, so that a tiny limit still fetches a file.
+_ROW_BYTES, _FETCH_FLOOR = 256, 64 << 20
+
+
+def _local(df: DataFrame, limit: int) -> Union[DataFrame, pa.Table, None]:
+    """`df` as local rows when it holds at most `limit`, else None. Rows already local (a
+    pyarrow Table or pandas frame given to createDataFrame) cost nothing. Any other frame (a
+    Python list given to createDataFrame, a cached frame, a file scan, a plan) costs one job
+    for at most limit + 1 rows, returned as Arrow, unless Spark's size estimate already puts
+    it beyond the limit (a frame of RDD rows has no estimate: it is fetched)."""
+    execution = df._jdf.queryExecution()
+    plan = execution.analyzed()
+    kind = plan.getClass().getSimpleName()
+    if kind == "LocalRelation":
+        return df if plan.data().size() <= limit else None
+    if kind != "LogicalRDD" and int(str(execution.optimizedPlan().stats().sizeInBytes())) \
+            > max(limit * _ROW_BYTES, _FETCH_FLOOR):
+        return None
+    table = df.limit(limit + 1).toArrow()
+    return table if table.num_rows <= limit else None

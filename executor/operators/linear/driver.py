@@ -1,0 +1,73 @@
+"""Linear chains on the driver placement: a fused chain of stages over a step's updates,
+without a Spark job where the stages compile to Arrow or are kernels (the Spark placement's
+chains are spark.py; both keep Spark SQL's semantics)."""
+from __future__ import annotations
+
+from itertools import groupby
+from typing import Optional
+
+import pyarrow as pa
+from pyspark.sql.types import StructType
+
+from executor.arrange.changes import Changes, Unsupported, updates_schema
+from executor.arrange.spine import local_rows
+from executor.operators.linear import expressions, kernels, spark as linear
+from executor.time import TIME
+from plans import ir
+
+
+def apply(step, node: ir.Linear, source=None, schema: Optional[StructType] = None):
+    """A fused chain, run by run: expression stages on Arrow (expressions.py) where they
+    compile and Spark's answer is reproduced, otherwise Spark's expressions over the local
+    rows (Catalyst on the driver); kernel stages on the arrays (kernels.py). Stages that set
+    times join them with the update's, as on Spark; what lands at or after upto is held by
+    the operators downstream. `source` and `schema` replace the node's input and schema."""
+    value = step.changes(node.input) if source is None else source
+    for is_kernel, run in groupby(node.stages, key=lambda s: isinstance(s, ir.Kernel)):
+        run, table = tuple(run), table_of(step, value)
+        if is_kernel:
+            value = _kernels(step, table, run)
+            continue
+        try:
+            value = expressions.compile_stages(run, table.schema)(table)
+        except (expressions.NotCompiled, expressions.Fallback):
+            value = linear.apply(step.spark.createDataFrame(table), run, [TIME],
+                                 step.runner.backend)
+    return step.encoded(value, schema or step.runner.node_schemas[node]) \
+        if isinstance(value, pa.Table) else value
+
+
+def _kernels(step, table: pa.Table, run: tuple) -> pa.Table:
+    """A run of kernel stages over the step's updates in one call, as on a Spark
+    partition; a column no kernel takes (a null, a string) goes to Spark, which reports
+    it."""
+    schema = kernels.arrow_output_schema(run[-1], [TIME])
+    try:
+        out = [kernels.run_batch(step.xp, b, run, [TIME], schema)
+               for b in table.combine_chunks().to_batches() if b.num_rows]
+    except TypeError as e:
+        raise Unsupported(str(e)) from None
+    return pa.Table.from_batches(out, schema=schema)
+
+
+def table_of(step, value) -> pa.Table:
+    """A chain's updates as decoded Arrow: Changes, Arrow, or a local frame's rows."""
+    if isinstance(value, Changes):
+        return value.table(step.xp, step.encoder)
+    return value if isinstance(value, pa.Table) else local_rows(value)
+
+
+def inner(step, node: ir.Linear) -> Changes:
+    """A chain inside an iterate scope. The body refuses stages that set times, so every
+    output row keeps the times of the input row it came from: the chain runs with the
+    row's index (below any upto) as its only time, and rows take their times back by it."""
+    xp, source = step.xp, step.changes(node.input)
+    n = source.size
+    index = xp.arange(n, dtype=xp.int64) - n
+    records = source.schema.fields[:len(source.names)]
+    schema = step.runner.node_schemas[node]
+    out = apply(step, node, Changes(updates_schema(records), source.cols, index, source.d),
+                       updates_schema(schema.fields[:-3]))
+    out = out if isinstance(out, Changes) else step.encoded(local_rows(out), out.schema)
+    rows = out.t + n
+    return Changes.of(schema, out.cols, [xp.take(c, rows) for c in source.times], out.d)

@@ -29,7 +29,8 @@ def apply(step, node: ir.Linear, source=None, schema: Optional[StructType] = Non
             value = _kernels(step, table, run)
             continue
         try:
-            value = expressions.compile_stages(run, table.schema)(table)
+            value = expressions.compile_stages(run, table.schema,
+                                               conf=step.runner.conf)(table)
         except (expressions.NotCompiled, expressions.Fallback):
             value = linear.apply(step.spark.createDataFrame(table), run, [TIME],
                                  step.runner.backend)

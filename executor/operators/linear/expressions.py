@@ -13,15 +13,20 @@ DOUBLE), unary -, abs over TINYINT..BIGINT, DOUBLE and DECIMAL (Spark's precisio
 up to 38), comparisons and <=>, AND/OR/NOT, IS [NOT] NULL, IN, BETWEEN, CASE, IF, COALESCE,
 greatest/least (integral, DECIMAL, DATE, TIMESTAMP),
 upper/lower (ASCII), length, concat/||, substring, CAST among integral, DOUBLE, DECIMAL,
-BOOLEAN, STRING, DATE and TIMESTAMP where exact (tests/test_expressions.py proves each).
+BOOLEAN, STRING, DATE and TIMESTAMP where exact; DECIMAL results above 38 digits with Spark's
+adjusted scale and DECIMAL division (HALF_UP), STRING LIKE 'pattern', DATE +/- INTERVAL 'n'
+DAY | MONTH | YEAR, to_json(struct(...)) of integral, BOOLEAN, STRING, DECIMAL and DATE
+fields, and lateral aliases (a projection naming its earlier outputs), as the SQL front end
+(plans/sql.py) writes them (tests/test_expressions.py proves each).
 """
 from __future__ import annotations
 
 import datetime as _dt
 import re
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
-from typing import Callable
+from decimal import ROUND_HALF_UP, Context, Decimal
+from collections.abc import Mapping
+from typing import Callable, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -53,6 +58,8 @@ DATE = pa.date32()
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 NULL = pa.null()
 MAX_PRECISION = 38
+# Decimal arithmetic here is exact: Python's default context would round to 28 digits.
+_EXACT = Context(prec=2 * MAX_PRECISION + 4)
 _BOUNDS = {t: (-(2 ** (8 * w - 1)), 2 ** (8 * w - 1) - 1)
            for t, w in zip(INTEGRAL, (1, 2, 4, 8))}
 # Spark's DecimalType.forType: the decimal an integral column widens to.
@@ -150,10 +157,11 @@ def _common(types) -> pa.DataType:
         return max(ts, key=INTEGRAL.index)
     if all(_integral(t) or t == DOUBLE for t in ts):
         return DOUBLE
-    if all(_decimal(t) for t in ts):
-        out = ts[0]
-        for t in ts[1:]:
-            out = _wider_decimal(out.precision, out.scale, t.precision, t.scale)
+    if all(_decimal(t) or _integral(t) for t in ts):  # integrals as DecimalType.forType
+        ps = [(t.precision, t.scale) if _decimal(t) else _INTEGRAL_DECIMAL[t] for t in ts]
+        out = pa.decimal128(*ps[0])
+        for p, sc in ps[1:]:
+            out = _wider_decimal(out.precision, out.scale, p, sc)
         return out
     raise NotCompiled(f"no certain common type of {', '.join(map(str, ts))}")
 
@@ -188,8 +196,26 @@ def _to_decimal(a: pa.Array, t) -> pa.Array:
 
 
 # --------------------------------------------------------------------------- compiler
+@dataclass(frozen=True)
+class Session:
+    """The Spark settings whose value changes a compiled answer, as the runner's conf sets
+    them (Spark's defaults otherwise)."""
+
+    precision_loss: bool = True  # spark.sql.decimalOperations.allowPrecisionLoss
+    json_ignore_nulls: bool = True  # spark.sql.jsonGenerator.ignoreNullFields
+
+    @staticmethod
+    def of(conf: Mapping[str, str]) -> "Session":
+        def flag(key: str) -> bool:
+            return str(conf.get(key, "true")).strip().lower() != "false"
+        return Session(flag("spark.sql.decimalOperations.allowPrecisionLoss"),
+                       flag("spark.sql.jsonGenerator.ignoreNullFields"))
+
+
 class _Compiler:
-    def __init__(self, schema: pa.Schema):
+    def __init__(self, schema: pa.Schema, session: Session = Session()):
+        self.session = session
+        self.lateral: dict = {}  # lower-case name -> (name, Expr) of the projection so far
         self.columns = {}
         for i, f in enumerate(schema):
             key = f.name.lower()
@@ -206,11 +232,22 @@ class _Compiler:
     def column(self, node: exp.Column) -> tuple[str, Expr]:
         if node.table or not isinstance(node.this, exp.Identifier):
             raise NotCompiled("qualified or star column")
-        entry = self.columns.get(node.name.lower(), "missing")
+        key = node.name.lower()
+        entry = self.columns.get(key, "missing")
+        if entry == "missing" and key in self.lateral:  # an alias of the same projection
+            if self.lateral[key] is None:
+                raise NotCompiled(f"lateral alias {node.name!r} is ambiguous")
+            return self.lateral[key]
         if entry is None or entry == "missing":
             raise NotCompiled(f"column {node.name!r} is ambiguous or missing")
         i, name, t = entry
         return name, Expr(t, lambda tbl: pc.cast(_arr(tbl.column(i)), t))
+
+    def alias(self, name: str, e: Expr) -> None:
+        """A projection's output, which its later expressions may name (Spark's lateral
+        column alias; an input column of that name still wins, as in Spark)."""
+        key = name.lower()
+        self.lateral[key] = None if key in self.lateral else (name, e)
 
     def compile(self, node: exp.Expression) -> Expr:
         if isinstance(node, exp.Paren):
@@ -241,7 +278,7 @@ def _number(text: str, negative: bool) -> Expr:
                 return _const(v, t)
         raise NotCompiled("integer literal beyond bigint (a decimal in Spark)")
     if _DEC_RE.fullmatch(text) and text != ".":
-        d = Decimal(text) * sign
+        d = _EXACT.multiply(Decimal(text), sign)
         digits, exponent = len(d.as_tuple().digits), -d.as_tuple().exponent
         t = pa.decimal128(max(digits, exponent), exponent)
         if t.precision > MAX_PRECISION:
@@ -293,6 +330,8 @@ def _null(c, node):
 # --- arithmetic
 def _arith(op: str):
     def handler(c: _Compiler, node) -> Expr:
+        if isinstance(node.expression, exp.Interval) and op in ("add", "subtract"):
+            return _date_shift(c.compile(node.this), node.expression, op == "subtract")
         a, b = c.compile(node.this), c.compile(node.expression)
         if _integral(a.type) and _integral(b.type):
             return _integral_arith(op, a, b)
@@ -308,13 +347,60 @@ def _arith(op: str):
             else:
                 scale = max(s1, s2)
                 precision = max(p1 - s1, p2 - s2) + scale + 1
-            if precision > MAX_PRECISION:
-                raise NotCompiled("decimal result precision above 38 (Spark adjusts it)")
-            t = pa.decimal128(precision, scale)
             a, b = _to(a, pa.decimal128(p1, s1)), _to(b, pa.decimal128(p2, s2))
-            return Expr(t, lambda tbl: pc.cast(getattr(pc, op)(a.fn(tbl), b.fn(tbl)), t))
+            if precision <= MAX_PRECISION:
+                t = pa.decimal128(precision, scale)
+                return Expr(t, lambda tbl: pc.cast(getattr(pc, op)(a.fn(tbl), b.fn(tbl)), t))
+            t = _adjusted(c, precision, scale)
+
+            if precision > 2 * MAX_PRECISION:  # beyond decimal256: on Python integers
+                return Expr(t, lambda tbl: _exact_product(a.fn(tbl), b.fn(tbl), t))
+
+            def wide(tbl):  # exact in 76 digits, then rounded as Spark rounds (HALF_UP)
+                x, y = (pc.cast(e.fn(tbl), pa.decimal256(e.type.precision, e.type.scale))
+                        for e in (a, b))
+                return _rounded(getattr(pc, op)(x, y), t)
+            return Expr(t, wide)
         raise NotCompiled(f"{op} of {a.type} and {b.type}")
     return handler
+
+
+def _adjusted(c: "_Compiler", precision: int, scale: int) -> pa.DataType:
+    """Spark's DecimalType.adjustPrecisionScale for a result above 38 digits (with
+    spark.sql.decimalOperations.allowPrecisionLoss, the default): 38 digits, the integral
+    ones kept, the scale cut to no less than min(scale, 6)."""
+    if not c.session.precision_loss:
+        raise NotCompiled("decimal result above 38 digits without precision loss")
+    kept = max(MAX_PRECISION - (precision - scale), min(scale, 6))
+    return pa.decimal128(MAX_PRECISION, kept)
+
+
+def _exact_product(x: pa.Array, y: pa.Array, t) -> pa.Array:
+    """x * y per row on Python integers, rounded HALF_UP to `t` (a product of more than 76
+    digits, which decimal256 cannot hold)."""
+    shift = x.type.scale + y.type.scale - t.scale
+    out = []
+    for u, v in zip(x.to_pylist(), y.to_pylist()):
+        if u is None or v is None:
+            out.append(None)
+            continue
+        n = int(u.scaleb(x.type.scale, _EXACT)) * int(v.scaleb(y.type.scale, _EXACT))
+        q = _half_up(n, 10 ** shift) if shift > 0 else n * 10 ** -shift
+        if abs(q) >= 10 ** t.precision:
+            raise Fallback(f"decimal value out of range for {simple_string(t)}")
+        out.append(Decimal(q).scaleb(-t.scale, _EXACT))
+    return pa.array(out, type=t)
+
+
+def _rounded(x: pa.Array, t) -> pa.Array:
+    """An exact decimal256 result rounded half away from zero (Java's HALF_UP) to `t`'s
+    scale; Fallback where it overflows `t` (Spark's ANSI error, or its null)."""
+    if x.type.scale > t.scale:
+        x = pc.round(x, ndigits=t.scale, round_mode="half_towards_infinity")
+    try:
+        return pc.cast(x, t)
+    except pa.ArrowInvalid as e:
+        raise Fallback(f"decimal value out of range for {simple_string(t)}") from e
 
 
 def _integral_arith(op: str, a: Expr, b: Expr) -> Expr:
@@ -339,6 +425,9 @@ def _integral_arith(op: str, a: Expr, b: Expr) -> Expr:
 
 def _div(c: _Compiler, node) -> Expr:
     a, b = c.compile(node.this), c.compile(node.expression)
+    if (_decimal(a.type) or _decimal(b.type)) and all(
+            _decimal(t) or _integral(t) for t in (a.type, b.type)):
+        return _decimal_div(c, a, b)
     if not ({a.type, b.type} <= {DOUBLE, *INTEGRAL}):
         raise NotCompiled(f"division of {a.type} by {b.type}")
     a, b = _to(a, DOUBLE), _to(b, DOUBLE)
@@ -349,6 +438,46 @@ def _div(c: _Compiler, node) -> Expr:
             raise Fallback("division by zero")
         return pc.divide(x, y)
     return Expr(DOUBLE, fn)
+
+
+def _decimal_div(c: _Compiler, a: Expr, b: Expr) -> Expr:
+    """Spark's decimal division: scale max(6, s1 + p2 + 1) and p1 - s1 + s2 integral digits,
+    adjusted to 38 digits; the exact quotient rounded HALF_UP to the result's scale, once (a
+    38-digit divisor whose quotient a rounding at 38 places would carry is checked against
+    Spark in tests/test_expressions.py). Per row on Python integers."""
+    (p1, s1), (p2, s2) = _decimal_of(a), _decimal_of(b)
+    scale = max(6, s1 + p2 + 1)
+    precision = p1 - s1 + s2 + scale
+    t = pa.decimal128(precision, scale) if precision <= MAX_PRECISION else \
+        _adjusted(c, precision, scale)
+    a, b = _to(a, pa.decimal128(p1, s1)), _to(b, pa.decimal128(p2, s2))
+    bound = 10 ** t.precision
+
+    def fn(tbl):
+        x, y = a.fn(tbl), b.fn(tbl)
+        if _zero_divisor(x, y, pa.scalar(0, y.type)):
+            raise Fallback("division by zero")
+        out = []
+        for u, v in zip(x.to_pylist(), y.to_pylist()):
+            if u is None or v is None:
+                out.append(None)
+                continue
+            n = int(u.scaleb(s1, _EXACT)) * 10 ** s2  # u/v = n/d, on integers
+            d = int(v.scaleb(s2, _EXACT)) * 10 ** s1
+            q = _half_up(n * 10 ** t.scale, d)
+            if abs(q) >= bound:
+                raise Fallback(f"decimal value out of range for {simple_string(t)}")
+            out.append(Decimal(q).scaleb(-t.scale, _EXACT))
+        return pa.array(out, type=t)
+    return Expr(t, fn)
+
+
+def _half_up(n: int, d: int) -> int:
+    """n / d rounded half away from zero (Java's RoundingMode.HALF_UP)."""
+    q, r = divmod(abs(n), abs(d))
+    if 2 * r >= abs(d):
+        q += 1
+    return -q if (n < 0) != (d < 0) else q
 
 
 def _zero_divisor(x, y, zero) -> bool:
@@ -737,8 +866,8 @@ def _decimal_to_int(a, t):
 def _decimal_to_decimal(a, t):
     if a.type.scale <= t.scale:
         return _to_decimal(a, t)
-    q = Decimal(1).scaleb(-t.scale)
-    values = [None if v is None else v.quantize(q, rounding=ROUND_HALF_UP) for v in a.to_pylist()]
+    q = Decimal(1).scaleb(-t.scale, _EXACT)
+    values = [None if v is None else v.quantize(q, ROUND_HALF_UP, _EXACT) for v in a.to_pylist()]
     return _to_decimal(pa.array(values, pa.decimal128(MAX_PRECISION, t.scale)), t)
 
 
@@ -793,6 +922,121 @@ def _timestamp_to_date(a):
     return pc.cast(days, DATE)
 
 
+# --- dates shifted by interval literals
+_DAYS_RANGE = (-719162, 2932896)  # 0001-01-01 and 9999-12-31 as days since 1970-01-01
+
+
+def _date_shift(a: Expr, interval: exp.Interval, back: bool) -> Expr:
+    """DATE +/- INTERVAL 'n' DAY | MONTH | YEAR, a DATE as in Spark: days are added; months
+    and years move the month and clamp the day to its length (LocalDate.plusMonths). A result
+    outside years 1-9999 is left to Catalyst."""
+    unit = interval.args.get("unit")
+    unit = unit.name.upper() if unit is not None else ""
+    amount = interval.this
+    if a.type != DATE or unit not in ("DAY", "MONTH", "YEAR") or \
+            not isinstance(amount, exp.Literal) or \
+            not re.fullmatch(r"[+-]?\d{1,6}", str(amount.this).strip()):
+        raise NotCompiled(f"interval arithmetic {interval.sql(dialect='spark')!r} on {a.type}")
+    n = int(str(amount.this).strip()) * (-1 if back else 1)
+
+    def fn(tbl):
+        x = a.fn(tbl)
+        days = np.asarray(pc.fill_null(pc.cast(x, pa.int32()), 0), dtype=np.int64)
+        if unit == "DAY":
+            out = days + n
+        else:
+            start = days.astype("datetime64[D]")
+            month = start.astype("datetime64[M]")
+            target = month + n * (12 if unit == "YEAR" else 1)
+            first = target.astype("datetime64[D]")
+            length = ((target + 1).astype("datetime64[D]") - first).astype(np.int64)
+            day = (start - month.astype("datetime64[D]")).astype(np.int64)
+            out = (first.astype(np.int64) + np.minimum(day, length - 1))
+        valid = np.asarray(pc.is_valid(x))
+        if valid.any() and (out[valid].min() < _DAYS_RANGE[0] or out[valid].max() > _DAYS_RANGE[1]):
+            raise Fallback("date out of the years 1-9999")
+        return pc.cast(pa.array(out.astype(np.int32), mask=~valid), DATE)
+    return Expr(DATE, fn)
+
+
+# --- LIKE
+def _like(c, node):
+    """STRING LIKE 'pattern' (% and _; a backslash escape never reaches here, parse refuses
+    it) on Arrow's match_like, which reads the pattern as Spark does."""
+    a, pattern = c.compile(node.this), node.expression
+    if node.args.get("escape") is not None or a.type != STRING or \
+            not (isinstance(pattern, exp.Literal) and pattern.is_string):
+        raise NotCompiled(f"LIKE {pattern.sql(dialect='spark')!r} on {a.type}")
+    text, negate = pattern.this, bool(node.args.get("negate"))
+
+    def fn(tbl):
+        out = pc.match_like(a.fn(tbl), text)
+        return pc.invert(out) if negate else out
+    return Expr(BOOL, fn)
+
+
+# --- to_json(struct(...)): Spark's JSON text (Jackson), for the types whose text is certain
+_JSON_ESCAPE = re.compile(r'["\\\x00-\x1f]')
+_JSON_SHORT = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n",
+               "\f": "\\f", "\r": "\\r"}
+
+
+def _json_string(text: str) -> str:
+    """A JSON string as Jackson writes it: quote, backslash and control characters escaped
+    (\\uXXXX in upper-case hex where no short form exists), everything else as is."""
+    return '"' + _JSON_ESCAPE.sub(
+        lambda m: _JSON_SHORT.get(m.group(), f"\\u{ord(m.group()):04X}"), text) + '"'
+
+
+def _json_value(t):
+    """value -> JSON text for a field of Arrow type `t`, None where it is not certain."""
+    if _integral(t):
+        return str
+    if t == BOOL:
+        return lambda v: "true" if v else "false"
+    if t == STRING:
+        return _json_string
+    if _decimal(t):
+        return str  # Decimal's text is BigDecimal.toString's (1.50, 1E-7)
+    if t == DATE:
+        return lambda v: '"' + v.isoformat() + '"'
+    return None
+
+
+def _to_json(c, node):
+    struct = node.this
+    if not isinstance(struct, exp.Struct) or any(
+            v is not None for k, v in node.args.items() if k != "this"):
+        raise NotCompiled("to_json of other than struct(...) without options")
+    if not c.session.json_ignore_nulls:
+        raise NotCompiled("to_json with spark.sql.jsonGenerator.ignoreNullFields=false")
+    fields = []
+    for item in struct.expressions:
+        if isinstance(item, exp.PropertyEQ):
+            name, e = item.this.name, c.compile(item.expression)
+        elif isinstance(item, exp.Alias):
+            name, e = item.alias, c.compile(item.this)
+        elif isinstance(item, exp.Column):
+            name, e = c.column(item)
+        else:
+            raise NotCompiled(f"struct field {item.sql(dialect='spark')!r}")
+        form = _json_value(e.type)
+        if form is None:
+            raise NotCompiled(f"to_json of a {e.type} field")
+        fields.append((_json_string(name) + ":", e, form))
+
+    def fn(tbl):
+        try:
+            columns = [[None if v is None else key + form(v) for v in e.fn(tbl).to_pylist()]
+                       for key, e, form in fields]
+        except (ValueError, OverflowError) as err:  # a date Python cannot hold
+            raise Fallback(f"to_json of a value outside Python's range: {err}") from err
+        rows = zip(*columns) if columns else [()] * tbl.num_rows
+        return pa.array(["{" + ",".join(v for v in row if v is not None) + "}" for row in rows],
+                        STRING)
+    return Expr(STRING, fn)
+
+
 _HANDLERS = {
     exp.Literal: _literal, exp.Boolean: _boolean, exp.Null: _null, exp.Neg: _neg,
     exp.Add: _arith("add"), exp.Sub: _arith("subtract"), exp.Mul: _arith("multiply"),
@@ -807,7 +1051,7 @@ _HANDLERS = {
     exp.Greatest: _element_wise("max_element_wise"), exp.Least: _element_wise("min_element_wise"),
     exp.Upper: _case_map("ascii_upper"), exp.Lower: _case_map("ascii_lower"),
     exp.Length: _length, exp.Concat: _concat, exp.DPipe: _dpipe, exp.Substring: _substring,
-    exp.Cast: _cast, exp.TryCast: _cast,
+    exp.Cast: _cast, exp.TryCast: _cast, exp.Like: _like, exp.JSONFormat: _to_json,
 }
 
 
@@ -835,17 +1079,20 @@ class Compiled:
 _CACHE: dict = {}
 
 
-def compile_stages(stages: tuple, schema: pa.Schema, time_col: str = "time") -> Compiled:
+def compile_stages(stages: tuple, schema: pa.Schema, time_col: str = "time",
+                   conf: Optional[Mapping[str, str]] = None) -> Compiled:
     """The Arrow form of `stages` (Map, Filter, Negate, TemporalFilter) over updates of
-    `schema` (records, then `time_col` and `diff`), cached by (stages, schema, time_col).
-    Raises NotCompiled when a stage or expression is outside the supported subset, and
-    PlanError where executor/operators/linear/spark.py does (a temporal bound that is not an integer, output
-    columns that break plans.ir.check_stage_columns)."""
-    key = (tuple(stages), schema, time_col)
+    `schema` (records, then `time_col` and `diff`), cached by its arguments. `conf` (the
+    runner's) gives the session settings that change an answer (`Session`). Raises
+    NotCompiled when a stage or expression is outside the supported subset, and PlanError
+    where spark.py does (a temporal bound that is not an integer, output columns that break
+    plans.ir.check_stage_columns)."""
+    session = Session.of(conf or {})
+    key = (tuple(stages), schema, time_col, session)
     hit = _CACHE.get(key)
     if hit is None:
         try:
-            hit = _compile(tuple(stages), schema, time_col)
+            hit = _compile(tuple(stages), schema, time_col, session)
         except NotCompiled as e:  # remembered too: a step pays no parse either way
             hit = e
         _CACHE[key] = hit
@@ -854,7 +1101,7 @@ def compile_stages(stages: tuple, schema: pa.Schema, time_col: str = "time") -> 
     return hit
 
 
-def _compile(stages, schema: pa.Schema, time_col: str) -> Compiled:
+def _compile(stages, schema: pa.Schema, time_col: str, session: "Session") -> Compiled:
     if [n.lower() for n in schema.names[-2:]] != [time_col.lower(), DIFF] \
             or schema.field(-1).type != pa.int64() or not _integral(schema.field(-2).type):
         raise NotCompiled(f"input schema does not end with {time_col}, diff BIGINT")
@@ -863,14 +1110,14 @@ def _compile(stages, schema: pa.Schema, time_col: str) -> Compiled:
         builder = _STAGES.get(type(stage))
         if builder is None:
             raise NotCompiled(f"stage {stage.label()}")
-        step, current = builder(stage, current, time_col)
+        step, current = builder(stage, current, time_col, session)
         ir.check_stage_columns(current.names, [time_col], stage)
         steps.append(step)
     return Compiled(current, steps, schema)
 
 
-def _map(stage: ir.Map, schema: pa.Schema, time_col):
-    c = _Compiler(schema)
+def _map(stage: ir.Map, schema: pa.Schema, time_col, session):
+    c = _Compiler(schema, session)
     outs = []
     for text in stage.exprs:
         node = c.parse(text)
@@ -885,6 +1132,7 @@ def _map(stage: ir.Map, schema: pa.Schema, time_col):
         else:
             raise NotCompiled(f"unaliased expression {text!r} (Spark names it)")
         outs.append((name, e))
+        c.alias(name, e)
     n_in = len(schema)
     out_schema = pa.schema([pa.field(n, e.type) for n, e in outs]
                            + [schema.field(n_in - 2), schema.field(n_in - 1)])
@@ -895,8 +1143,8 @@ def _map(stage: ir.Map, schema: pa.Schema, time_col):
     return step, out_schema
 
 
-def _filter(stage: ir.Filter, schema: pa.Schema, time_col):
-    c = _Compiler(schema)
+def _filter(stage: ir.Filter, schema: pa.Schema, time_col, session):
+    c = _Compiler(schema, session)
     e = c.compile(c.parse(stage.expr))
     if e.type != BOOL:
         raise NotCompiled(f"filter on {e.type}")
@@ -910,15 +1158,15 @@ def _negate_diff(d: pa.Array | pa.ChunkedArray):
         raise Fallback("negating diff overflows bigint") from e
 
 
-def _negate(stage: ir.Negate, schema: pa.Schema, time_col):
+def _negate(stage: ir.Negate, schema: pa.Schema, time_col, session):
     i = len(schema) - 1
     return (lambda tbl: tbl.set_column(i, schema.field(i), _negate_diff(tbl.column(i)))), schema
 
 
-def _temporal_filter(stage: ir.TemporalFilter, schema: pa.Schema, time_col):
+def _temporal_filter(stage: ir.TemporalFilter, schema: pa.Schema, time_col, session):
     """Each update (r, t, d) becomes (r, max(t, lower), d) and, under a non-null upper,
     (r, max(t, upper), -d); records with upper <= lower are dropped (linear.py's rule)."""
-    c = _Compiler(schema)
+    c = _Compiler(schema, session)
     bounds = []
     for text in (stage.lower, stage.upper):
         if text is None:

@@ -309,7 +309,8 @@ def _evaluate(step, table: pa.Table, schema: StructType, exprs: list[str]) -> li
         .append_column(DIFF, pa.array(np.ones(n, dtype=np.int64)))
     named = [f"{e} AS `_{i}`" for i, e in enumerate(exprs)]
     try:
-        out = expressions.compile_stages((ir.Map(tuple(named)),), updates.schema)(updates)
+        out = expressions.compile_stages((ir.Map(tuple(named)),), updates.schema,
+                                         conf=step.runner.conf)(updates)
         return [out.column(i).combine_chunks() for i in range(len(exprs))]
     except (expressions.NotCompiled, expressions.Fallback):
         pass

@@ -26,9 +26,10 @@ SCHEMA = pa.schema([
     ("ts", pa.timestamp("us", tz="UTC")), ("time", pa.int64()), ("diff", pa.int64())])
 INT_COLS = ["i8", "i", "a", "b", "time", "diff"]
 # A Fallback Spark does not share is allowed for these: cases handed back on purpose, and
-# errors on rows a lazy construct (CASE, IF, COALESCE, AND, OR) never evaluates in Spark.
+# errors on rows a lazy construct (CASE, IF, COALESCE, AND, OR; a division, whose dividend
+# Spark's generated code skips where the divisor is null) never evaluates in Spark.
 DELIBERATE = ("NaN", "non-ASCII", "not plain digits", "yyyy-mm-dd", "years 1-9999")
-LAZY = ("CASE", "IF(", "coalesce", " AND ", " OR ")
+LAZY = ("CASE", "IF(", "coalesce", " AND ", " OR ", " / ")
 EXAMPLES = int(os.environ.get("DIFFSPARK_EXPRESSION_EXAMPLES", "30"))  # more: a deeper run
 EXPRS_PER_EXAMPLE = 14
 ROWS = 12
@@ -141,6 +142,10 @@ _NODES = {
                      f"{r.choice(['TINYINT', 'SMALLINT', 'INT', 'BIGINT'])})",
         lambda r, d: f"CAST({gen(r, 'string', d)} AS {r.choice(['INT', 'BIGINT'])})",
         lambda r, d: f"length({gen(r, 'string', d)})",
+        lambda r, d: r.choice([f"EXTRACT({u} FROM {gen(r, 'date', d)})" for u in
+                               ("YEAR", "MONTH", "DAY", "QUARTER")] +
+                              [f"{f}({gen(r, 'date', d)})" for f in
+                               ("year", "month", "day", "dayofmonth", "quarter")]),
         *_generic("int")],
     "double": [
         lambda r, d: f"({_either(r, d, 'double', 'int')} {r.choice('+-*/')} {_either(r, d, 'double', 'int')})",
@@ -303,7 +308,9 @@ EDGE_CASES = [
     "CAST(p AS DECIMAL(38,2)) * q * p", "CAST(p AS DECIMAL(38,10)) + q", "p * p * p * p",
     "CAST(CAST(p AS DECIMAL(38,2)) / CAST(i AS DECIMAL(20,0)) AS DECIMAL(19,6))",
     "CAST(1 AS DECIMAL(38,0)) / CAST(3 AS DECIMAL(38,37))", "CASE WHEN bo THEN p ELSE 0 END",
-    "coalesce(p, a)", "IF(bo, q, i8)", "coalesce(q, i, p)",
+    "coalesce(p, a)", "IF(bo, q, i8)", "coalesce(q, i, p)", "EXTRACT(YEAR FROM dt)",
+    "EXTRACT(MONTH FROM dt)", "EXTRACT(DAY FROM dt)", "year(dt)", "quarter(dt)",
+    "dayofmonth(DATE '2020-02-29')",
     # 4.99..(31 nines)..965E-7: rounded once to 6 places it is 0; rounded at 38 places first,
     # 0.000001. Spark answers 0.
     "CAST(500000000000000000000000000 AS DECIMAL(38,0)) / "

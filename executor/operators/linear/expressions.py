@@ -15,7 +15,7 @@ greatest/least (integral, DECIMAL, DATE, TIMESTAMP),
 upper/lower (ASCII), length, concat/||, substring, CAST among integral, DOUBLE, DECIMAL,
 BOOLEAN, STRING, DATE and TIMESTAMP where exact; DECIMAL results above 38 digits with Spark's
 adjusted scale and DECIMAL division (HALF_UP), STRING LIKE 'pattern', DATE +/- INTERVAL 'n'
-DAY | MONTH | YEAR, to_json(struct(...)) of integral, BOOLEAN, STRING, DECIMAL and DATE
+DAY | MONTH | YEAR, EXTRACT and year/month/day/quarter of a DATE, to_json(struct(...)) of integral, BOOLEAN, STRING, DECIMAL and DATE
 fields, and lateral aliases (a projection naming its earlier outputs), as the SQL front end
 (plans/sql.py) writes them (tests/test_expressions.py proves each).
 """
@@ -959,6 +959,32 @@ def _date_shift(a: Expr, interval: exp.Interval, back: bool) -> Expr:
     return Expr(DATE, fn)
 
 
+# --- fields of a DATE
+_DATE_FIELDS = {"YEAR": "year", "MONTH": "month", "DAY": "day", "QUARTER": "quarter"}
+
+
+def _date_field(unit: str, e: Expr) -> Expr:
+    """A field of a DATE as Spark's INT (EXTRACT, year(), month(), ...); of a TIMESTAMP it
+    depends on the session time zone: left to Catalyst."""
+    if e.type != DATE or unit not in _DATE_FIELDS:
+        raise NotCompiled(f"{unit} of {e.type}")
+    fn = getattr(pc, _DATE_FIELDS[unit])
+    return Expr(pa.int32(), lambda tbl: pc.cast(fn(e.fn(tbl)), pa.int32()))
+
+
+def _extract(c, node):
+    return _date_field(node.this.name.upper(), c.compile(node.expression))
+
+
+def _field_of(unit: str):
+    def handler(c, node):
+        inner = node.this
+        if isinstance(inner, exp.TsOrDsToDate) and not inner.args.get("format"):
+            inner = inner.this  # year(d) of a DATE reads d itself
+        return _date_field(unit, c.compile(inner))
+    return handler
+
+
 # --- LIKE
 def _like(c, node):
     """STRING LIKE 'pattern' (% and _; a backslash escape never reaches here, parse refuses
@@ -1052,6 +1078,8 @@ _HANDLERS = {
     exp.Upper: _case_map("ascii_upper"), exp.Lower: _case_map("ascii_lower"),
     exp.Length: _length, exp.Concat: _concat, exp.DPipe: _dpipe, exp.Substring: _substring,
     exp.Cast: _cast, exp.TryCast: _cast, exp.Like: _like, exp.JSONFormat: _to_json,
+    exp.Extract: _extract, exp.Year: _field_of("YEAR"), exp.Month: _field_of("MONTH"),
+    exp.Day: _field_of("DAY"), exp.DayOfMonth: _field_of("DAY"), exp.Quarter: _field_of("QUARTER"),
 }
 
 

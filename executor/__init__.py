@@ -7,7 +7,7 @@ Spark part, apps.progress) load on a machine without pyspark, such as a bare GPU
 from executor.runtime.errors import InputError, PlanError, StateError, StepError, SubscriberError
 
 __all__ = ["InputError", "PlanError", "Runner", "StateError", "StepError", "StepResult",
-           "SubscriberError", "csv"]
+           "SubscriberError", "cdc", "csv"]
 
 
 def __getattr__(name):
@@ -19,4 +19,8 @@ def __getattr__(name):
         from executor.inputs.updates import csv
 
         return csv
+    if name == "cdc":  # `from executor import cdc`, as the README shows
+        from executor.inputs import cdc
+
+        return cdc
     raise AttributeError(f"module 'executor' has no attribute {name!r}")

@@ -50,8 +50,8 @@ from executor.operators.iterate import driver as iterate
 from executor.operators.join import driver as join
 from executor.operators.linear import driver as linear
 from executor.operators.query import driver as query
-from executor.operators.reduce import (driver as reduce_host, product as reduce_product, top_k,
-                                       totals)
+from executor.operators.reduce import (driver as reduce_driver, product as reduce_product,
+                                       top_k, totals)
 from executor.runtime.config import (HOST_MIRROR_ROWS_KEY, HOST_STEP_ROWS_KEY, host_mirror_rows,
                                      host_step_rows)
 from executor.time import DIFF, INFINITY, ITERATION, TIME
@@ -98,7 +98,7 @@ def _every_node(roots) -> list[ir.Node]:
 
 
 class DriverStep:
-    """One step's operators on the host: each node's changes (memo), the arrangements'
+    """One step's operators on the driver: each node's changes (memo), the arrangements'
     views, the traces to commit and the updates held for later times (before and after)."""
 
     def __init__(self, runner, sources: dict[str, DataFrame], upto: int, held: dict):
@@ -219,7 +219,7 @@ class DriverStep:
             return self.consolidated(reduce_product.delta_in_scope(self, node, view))
         ready = self.due(node, view.batch)
         family = totals if totals.applies(node, view) else \
-            top_k if top_k.applies(node) else reduce_host
+            top_k if top_k.applies(node) else reduce_driver
         return self.consolidated(family.delta(self, node, view, ready))
 
     # ------------------------------------------------------------------ the step
@@ -307,20 +307,20 @@ def step(runner, updates: dict, upto: Optional[int]) -> Optional[Done]:
     held = _held(runner)
     if held is None:
         return None
-    host = DriverStep(runner, sources, INFINITY if upto is None else upto, held)
+    walk = DriverStep(runner, sources, INFINITY if upto is None else upto, held)
     try:
-        outs = host.outputs()
+        outs = walk.outputs()
     except Unsupported:
         return None
     arrow = {name: to_arrow_schema(runner.schemas[name]) for name in outs}
-    tables = {name: c.table(host.xp, host.encoder).cast(arrow[name]) for name, c in outs.items()}
-    pending = {name: None if host.pending[name] is None else host.pending[name].cast(arrow[name])
+    tables = {name: c.table(walk.xp, walk.encoder).cast(arrow[name]) for name, c in outs.items()}
+    pending = {name: None if walk.pending[name] is None else walk.pending[name].cast(arrow[name])
                for name in outs}
-    state = {key: table for key, table in host.pending.items() if key not in outs}
+    state = {key: table for key, table in walk.pending.items() if key not in outs}
     digests = {} if runner._store is None else {  # of the rows as given, not as coded
         name: arrow_digest(s if isinstance(s, pa.Table) else local_rows(s))
         for name, s in sources.items()}
-    return Done(tables, pending, host.commits | state, host.holds, digests, host.clock.seconds)
+    return Done(tables, pending, walk.commits | state, walk.holds, digests, walk.clock.seconds)
 
 
 def _held(runner) -> Optional[dict]:

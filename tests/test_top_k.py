@@ -1,8 +1,8 @@
-"""top_k on the driver as a ranked index (executor/operators/reduce/top_k.py): checked three ways (driver
-placement, Spark placement, reference interpreter) on random multi-step streams with negative
-diffs, multiplicities above one, nulls, ties, ASC/DESC and NULLS FIRST/LAST over several order
-keys and expressions, k from 1 to 4, keyed and global, with steps that switch placement; and
-a step that reads a few rows per touched group, not the groups."""
+"""top_k on the driver as a ranked index (executor/operators/reduce/top_k.py): checked three ways
+(driver placement, Spark placement, reference interpreter) on random multi-step streams with
+negative diffs, multiplicities above one, nulls, ties, ASC/DESC and NULLS FIRST/LAST over several
+order keys and expressions, k from 1 to 4, keyed and global, with steps that switch placement; and a
+step that reads a few rows per touched group, not the groups."""
 from __future__ import annotations
 
 import datetime as dt
@@ -21,7 +21,7 @@ HORIZON = 6
 def top_k_flow(k: int) -> Dataflow:
     """top_k over several orders; ties broken by records with and without STRING columns
     (whose codes do not sort as the strings); one ordered by a STRING (no sortable codes:
-    it goes through reduce_host, ranking decoded values)."""
+    it goes through reduce_driver, ranking decoded values)."""
     flow = Dataflow()
     s = flow.input("s", S)
     ranked = s.map("g", "h", "x", "p", "d", "f")

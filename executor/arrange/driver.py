@@ -64,14 +64,14 @@ def arrange(step, node: ir.Arrange) -> Changes:
         old = mirror(step, node, trace, keys, len(keys),
                      updates_schema([batch.schema[k] for k in keys]))
         step.views[node] = View(trace, old, batch, None)
-        step.commits[node] = trace.host_appended(old, step.upto, since)
+        step.commits[node] = trace.driver_appended(old, step.upto, since)
         return batch
     columns = keys + [c for c in batch.names if c not in keys] + inner
     old = mirror(step, node, trace, columns, len(keys), batch.schema)
     run = run_of(step.xp, [*map(batch.col, columns[:len(columns) - len(inner)]),
                            *batch.inner], batch.t, batch.d)
     step.views[node] = View(trace, old, batch, old.reading(run))
-    step.commits[node] = trace.host_appended(old.appended(run, since), step.upto, since,
+    step.commits[node] = trace.driver_appended(old.appended(run, since), step.upto, since,
                                              step.delta(batch))
     return batch
 

@@ -47,7 +47,7 @@ def run_of(xp, cols, t, d, since: int | None = None) -> Run:
 
 
 class Mirror:
-    """A trace's updates on the host: `columns` are its record columns, keys first.
+    """A trace's updates on the driver: `columns` are its record columns, keys first.
     `schema` (the trace's updates as Spark has them: records in their order, time, diff) and
     `encoder` decode the mirror back to Arrow (`table`). Reads see only times below `upper`
     (an importing runner's view, executor/driver.py)."""

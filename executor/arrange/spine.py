@@ -84,7 +84,7 @@ def materialise_all(frames: list[DataFrame]) -> list[DataFrame]:
 
 class Spine:
     """Batches are DataFrames unless `combine` says how to join two of another kind (the
-    host mirror's array runs, executor/arrange/mirror.py)."""
+    driver mirror's array runs, executor/arrange/mirror.py)."""
 
     def __init__(self, merge: Optional[Callable[[DataFrame, int], tuple[DataFrame, int]]] = None,
                  slack: int = 8, combine: Callable = DataFrame.unionByName, fresh: int = 0):

@@ -43,13 +43,13 @@ class Trace:
     """A spine of arranged batches with the frontiers `since` (times below it are advanced
     to it on merge) and `upper` (every update at a time below it is in the trace).
 
-    Steps run on the driver (executor/driver.py) update `mirror`, the trace's host copy, and
+    Steps run on the driver (executor/driver.py) update `mirror`, the trace's copy there, and
     mark the Spark batches `stale`: the mirror then holds every update, and the first reader
     of `batches` replaces them by the mirror, decoded and arranged as one Spark batch. A
     Spark step's append drops the mirror (rebuilt on demand). A durable runner's driver
     steps also leave their own updates in `unsynced` ((rows, a function that decodes them to
     Arrow) per batch), which the state directory writes as the trace's batches after the
-    Spark ones (executor/durability/state.py); host_appended keeps them bounded.
+    Spark ones (executor/durability/state.py); driver_appended keeps them bounded.
     `totals` holds what the driver's abelian reductions keep per key of this trace
     (executor/operators/reduce/totals.py); a Spark step's append drops them with the mirror."""
 
@@ -107,9 +107,9 @@ class Trace:
                      spine.appended(batch, size) if size else spine,
                      max(self.since, since), upper, self.holds, mirrorable=self.mirrorable)
 
-    def host_appended(self, mirror: Mirror, upper: int, since: int,
-                      delta: Optional[tuple] = None) -> "Trace":
-        """A new trace after a host step: `mirror` holds the step's updates too; `since`
+    def driver_appended(self, mirror: Mirror, upper: int, since: int,
+                        delta: Optional[tuple] = None) -> "Trace":
+        """A new trace after a driver step: `mirror` holds the step's updates too; `since`
         from next_since. `delta` ((rows, decode), durable runners only) is kept for the
         state directory until the Spark batches next catch up with the mirror. Kept apart
         one per step, they grew the state's files, its manifest and the driver's memory

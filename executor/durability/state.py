@@ -12,7 +12,7 @@ Layout of STATE_DIR (README "Durable state" documents the manifest):
 
 Both placements commit through here: a Spark step's frames are Spark frames (trace batches
 bucketed), a driver step's are Arrow tables written by pyarrow with no Spark job (its host
-trace batches plain, merged geometrically on the driver: Trace.host_appended;
+trace batches plain, merged geometrically on the driver: Trace.driver_appended;
 executor/durability/layout.py).
 A resumed runner reads both alike and steps on in either placement.
 

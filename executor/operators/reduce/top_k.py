@@ -8,23 +8,23 @@ counting at least 1, so no untouched record after them reaches the top k. The in
 the arrangement's records with a positive multiplicity at the last complete time, sorted by
 (group keys, order keys, the rest of the record), so a group's first rows are a binary search
 away. The touched records' history (from the mirror) and those candidates go through
-reduce_host's grid as the groups' history: the same results, ties and multiplicities above
+reduce_driver's grid as the groups' history: the same results, ties and multiplicities above
 one included. The index then takes the touched records' new multiplicities (rows deleted and
 inserted at binary-searched places). It lives beside the mirror (Trace.totals, dropped by a
 step on Spark), tagged with its time; one of another time is rebuilt from the mirror.
 
-An order key sorts by codes that sort as its values do (reduce_host.order_columns). The
+An order key sorts by codes that sort as its values do (reduce_driver.order_columns). The
 rest of the record sorts by its codes, which for a STRING are not Spark's order of the ties:
-the candidates are extended to whole runs of ties, and reduce_host orders them by the decoded
+the candidates are extended to whole runs of ties, and reduce_driver orders them by the decoded
 values. An order key of STRING or BINARY has no sortable code: that top_k runs through
-reduce_host alone.
+reduce_driver alone.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 from executor.arrange.mirror import Mirror, Run
-from executor.operators.reduce import driver as reduce_host
+from executor.operators.reduce import driver as reduce_driver
 from gpu_kernels import consolidate, equal_range, group_starts, neighbours, sort_by
 from gpu_kernels.intersect import lower_bound
 from plans import ir
@@ -45,7 +45,7 @@ class Ranked:
 
 
 class _Unranked(Exception):
-    """An order without sortable codes: the step's top_k runs through reduce_host."""
+    """An order without sortable codes: the step's top_k runs through reduce_driver."""
 
 
 def applies(node: ir.Reduce) -> bool:
@@ -61,7 +61,7 @@ def delta(step, node: ir.Reduce, view, ready):
     if ready.size == 0:
         if have is not None and have.at == step.lower - 1:  # nothing due: still exact
             step.commits[node.input].totals[red] = replace(have, at=step.upto - 1)
-        return reduce_host.delta(step, node, view, ready)
+        return reduce_driver.delta(step, node, view, ready)
     columns, nkeys = old.columns, old.nkeys
     kinds = {f.name: f.dataType for f in view.batch.schema.fields}
     recs, _ = consolidate(xp, [ready.col(c) for c in columns], xp.ones_like(ready.d))
@@ -70,7 +70,7 @@ def delta(step, node: ir.Reduce, view, ready):
         index = have if have is not None and have.at == step.lower - 1 else \
             _built(step, node, old, kinds)
     except _Unranked:
-        return reduce_host.delta(step, node, view, ready)
+        return reduce_driver.delta(step, node, view, ready)
     perm = sort_by(xp, keys)  # the touched records in the index's order
     keys, ordered_recs = [xp.take(k, perm) for k in keys], [xp.take(c, perm) for c in recs]
     n, size = perm.shape[0], index.size
@@ -95,7 +95,7 @@ def delta(step, node: ir.Reduce, view, ready):
     held = Run(tuple(xp.concat([xp.take(c, rows), h]) for c, h in zip(record, history.cols)),
                xp.concat([xp.full(rows.shape, step.lower - 1, dtype=xp.int64), history.t]),
                xp.concat([xp.take(index.m, rows), history.d]))
-    out = reduce_host.delta(step, node, view, ready, held)
+    out = reduce_driver.delta(step, node, view, ready, held)
 
     # the touched records' multiplicities after the step: their updates below upto
     before = xp.nonzero(history.t < step.lower)[0]
@@ -113,8 +113,8 @@ def delta(step, node: ir.Reduce, view, ready):
 def _keys(step, node: ir.Reduce, columns: list[str], nkeys: int, recs: list,
           kinds: dict) -> list:
     """The index's sort columns of records (codes in `columns` order): group keys, the
-    order's columns (reduce_host.order_columns), the rest of the record."""
-    order = reduce_host.order_columns(step, dict(zip(columns, recs)), kinds, columns,
+    order's columns (reduce_driver.order_columns), the rest of the record."""
+    order = reduce_driver.order_columns(step, dict(zip(columns, recs)), kinds, columns,
                                       node.reduction.order, ranks=False)
     if order is None:
         raise _Unranked()

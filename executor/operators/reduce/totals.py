@@ -7,20 +7,19 @@ sum of x*m. The step's updates add to these totals, so a step reads the totals o
 touches before it, runs them over its times and emits the output's differences (the
 contract of executor/operators/reduce/spark.py), without reading the keys' groups.
 
-Where totals live: an arrangement that holds only the reduction's key columns (one that only
-counts read, executor/operators/reduce/counted.py; distinct's whole records) is its own totals, its diffs
-summed per key. Otherwise the trace keeps them beside its mirror (Trace.totals), one mirror
-keyed like the trace per total: several reductions over one arrangement each keep their own,
-appended every step, rebuilt from the mirror after a step on Spark.
+Where totals live: an arrangement that holds only the reduction's key columns (one that only counts
+read, counted.py; distinct's whole records) is its own totals, its diffs summed per key. Otherwise
+the trace keeps them beside its mirror (Trace.totals), one mirror keyed like the trace per total:
+several reductions over one arrangement each keep their own, appended every step, rebuilt from the
+mirror after a step on Spark.
 
-Exact under negative multiplicities (plans/semantics.py `_reduce_group`): a sum's group
-exists while some record has a non-zero multiplicity, and is NULL while no record with a
-non-null value has one. A non-zero weight proves both; a zero weight proves neither (+1 and
--1 cancel). So a key whose weight is zero before the step or at one of its times (a group
-that appears, vanishes, or holds only nulls) is re-evaluated from its group
-(executor/operators/reduce/driver.py), and only those. A sum over integers also keeps the sum of |x*d|
-(capped): it bounds what Spark's own sum adds up in any order, and once it reaches 2**62 the
-key is re-evaluated, which sends a sum that could overflow to Spark as before. Totals are
+Exact under negative multiplicities (plans/semantics.py `_reduce_group`): a sum's group exists while
+some record has a non-zero multiplicity, and is NULL while no record with a non-null value has one.
+A non-zero weight proves both; a zero weight proves neither (+1 and -1 cancel). So a key whose
+weight is zero before the step or at one of its times (a group that appears, vanishes, or holds only
+nulls) is re-evaluated from its group (driver.py), and only those. A sum over integers also keeps
+the sum of |x*d| (capped): it bounds what Spark's own sum adds up in any order, and once it reaches
+2**62 the key is re-evaluated, which sends a sum that could overflow to Spark as before. Totals are
 kept below 2**62 (else the step runs on Spark) so merging their updates cannot overflow.
 """
 from __future__ import annotations
@@ -30,7 +29,7 @@ from pyspark.sql.types import DecimalType
 from executor.arrange.changes import Changes, Unsupported
 from executor.arrange.encoding import INTEGRAL, NULL_CODE
 from executor.arrange.mirror import Mirror, run_of
-from executor.operators.reduce import driver as reduce_host
+from executor.operators.reduce import driver as reduce_driver
 from gpu_kernels import (DiffOverflow, group_starts, multiply_diffs, running_segments, sort_by,
                          sum_segments)
 from plans import ir
@@ -88,7 +87,7 @@ def delta(step, node: ir.Reduce, view, ready):
     since = view.trace.next_since(step.upto - 1)
     if node.input in step.runner._counted:  # the trace is the totals: add the step's
         added = Changes(view.old.schema, now.keys, now.t, now.step[0])
-        step.commits[node.input] = view.trace.host_appended(
+        step.commits[node.input] = view.trace.driver_appended(
             view.old.appended(run_of(xp, now.keys, now.t, now.step[0]), since), step.upto,
             since, step.delta(added))
     elif not own:
@@ -113,7 +112,7 @@ def delta(step, node: ir.Reduce, view, ready):
     if not bool(xp.any(unsure)):
         return out
     rows = now.updates_of(unsure)
-    again = reduce_host.delta(step, node, view, batch.take(xp, rows))
+    again = reduce_driver.delta(step, node, view, batch.take(xp, rows))
     return Changes(schema, [xp.concat([a, b]) for a, b in zip(out.cols, again.cols)],
                    xp.concat([out.t, again.t]), xp.concat([out.d, again.d]))
 

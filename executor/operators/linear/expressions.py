@@ -379,13 +379,19 @@ def _exact_product(x: pa.Array, y: pa.Array, t) -> pa.Array:
     """x * y per row on Python integers, rounded HALF_UP to `t` (a product of more than 76
     digits, which decimal256 cannot hold)."""
     shift = x.type.scale + y.type.scale - t.scale
+    return _on_integers(x, y, t, lambda m, n: _half_up(m * n, 10 ** shift) if shift > 0
+                        else m * n * 10 ** -shift)
+
+
+def _on_integers(x: pa.Array, y: pa.Array, t, f) -> pa.Array:
+    """Per row, f(unscaled x, unscaled y) as the unscaled value of decimal `t`: exact, null
+    where either side is; Fallback where it overflows `t` (Spark's ANSI error, or its null)."""
     out = []
     for u, v in zip(x.to_pylist(), y.to_pylist()):
         if u is None or v is None:
             out.append(None)
             continue
-        n = int(u.scaleb(x.type.scale, _EXACT)) * int(v.scaleb(y.type.scale, _EXACT))
-        q = _half_up(n, 10 ** shift) if shift > 0 else n * 10 ** -shift
+        q = f(int(u.scaleb(x.type.scale, _EXACT)), int(v.scaleb(y.type.scale, _EXACT)))
         if abs(q) >= 10 ** t.precision:
             raise Fallback(f"decimal value out of range for {simple_string(t)}")
         out.append(Decimal(q).scaleb(-t.scale, _EXACT))
@@ -451,24 +457,14 @@ def _decimal_div(c: _Compiler, a: Expr, b: Expr) -> Expr:
     t = pa.decimal128(precision, scale) if precision <= MAX_PRECISION else \
         _adjusted(c, precision, scale)
     a, b = _to(a, pa.decimal128(p1, s1)), _to(b, pa.decimal128(p2, s2))
-    bound = 10 ** t.precision
 
     def fn(tbl):
         x, y = a.fn(tbl), b.fn(tbl)
         if _zero_divisor(x, y, pa.scalar(0, y.type)):
             raise Fallback("division by zero")
-        out = []
-        for u, v in zip(x.to_pylist(), y.to_pylist()):
-            if u is None or v is None:
-                out.append(None)
-                continue
-            n = int(u.scaleb(s1, _EXACT)) * 10 ** s2  # u/v = n/d, on integers
-            d = int(v.scaleb(s2, _EXACT)) * 10 ** s1
-            q = _half_up(n * 10 ** t.scale, d)
-            if abs(q) >= bound:
-                raise Fallback(f"decimal value out of range for {simple_string(t)}")
-            out.append(Decimal(q).scaleb(-t.scale, _EXACT))
-        return pa.array(out, type=t)
+        # (m / 10^s1) / (n / 10^s2) at scale S is m * 10^(s2 + S) / (n * 10^s1)
+        return _on_integers(x, y, t, lambda m, n: _half_up(m * 10 ** (s2 + t.scale),
+                                                          n * 10 ** s1))
     return Expr(t, fn)
 
 

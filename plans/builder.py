@@ -5,6 +5,7 @@ the same description runs on the reference interpreter, on Spark, or through the
 """
 from __future__ import annotations
 
+import re
 from typing import Callable, Optional
 
 from . import ir
@@ -12,8 +13,11 @@ from . import query as cq
 from .errors import PlanError
 from .ordering import sort_keys
 from .outer_join import HOW, outer_join
-from .schema import column_names
+from .schema import check_names, column_names
 from .sql import view as sql_view
+
+
+_AGGREGATE = re.compile(r"(?i)(count|sum|min|max)\s*\(\s*(\*|`[^`]+`|[A-Za-z_][\w]*)\s*\)")
 
 
 class Dataflow:
@@ -310,6 +314,29 @@ class Collection:
 
     def max(self, column: str, by=()) -> "Collection":
         return self._reduce(by, ir.Reduction("max", column=column), "max")
+
+    def aggregate(self, by=(), **values: str) -> "Collection":
+        """by columns + one column per keyword, all computed per key in one reduction:
+        `n="count(*)"`, `"count(x)"` (records whose x is not null), `"sum(x)"`, `"min(x)"` or
+        `"max(x)"`, each as its single-valued form computes it. A key is present while it has
+        records; count(x) and sum(x) add up multiplicities as count and sum do, min(x) and
+        max(x) read the records of positive multiplicity (NULL where none has a value)."""
+        by = _names_arg(by, "aggregate")
+        if not values:
+            raise PlanError("aggregate: name at least one value, e.g. n=\"count(*)\"")
+        parts = []
+        for name, spec in values.items():
+            found = _AGGREGATE.fullmatch(spec.strip()) if isinstance(spec, str) else None
+            if found is None:
+                raise PlanError(f"aggregate: value '{name}' is {spec!r}; rule: one of "
+                                "count(*), count(col), sum(col), min(col), max(col)")
+            kind, column = found.group(1).lower(), found.group(2).strip("`")
+            if column == "*" and kind != "count":
+                raise PlanError(f"aggregate: value '{name}' is {spec!r}; rule: only count "
+                                "takes *")
+            parts.append((name, kind, None if column == "*" else column))
+        check_names([*by, *values], "aggregate")
+        return self._reduce(by, ir.Reduction("aggregate", parts=tuple(parts)), "aggregate")
 
     def distinct(self) -> "Collection":
         """Records of positive multiplicity, with multiplicity 1."""

@@ -13,6 +13,7 @@ from typing import Callable, Optional
 
 from . import query as cq
 from .errors import PlanError
+from .schema import column_names
 
 
 # --------------------------------------------------------------------------- linear stages
@@ -309,7 +310,7 @@ class Join(Node):
 class Reduction:
     """What a Reduce computes per key from the key's accumulated multiset."""
 
-    kind: str                 # count | sum | min | max | distinct | threshold | top_k | kernel
+    kind: str  # count | sum | min | max | aggregate | distinct | threshold | top_k | kernel
     column: Optional[str] = None
     expr: Optional[str] = None
     k: Optional[int] = None
@@ -318,12 +319,30 @@ class Reduction:
     # top_k: (expr, descending, nulls_first) per sort key of `expr` (plans/ordering.py);
     # ties are broken by the whole record ascending, nulls first
     order: tuple = ()
+    # aggregate: (output name, count | sum | min | max, input column or None) per value, all
+    # over one group in one reduction (SQL's GROUP BY list); count of None is count(*)
+    parts: tuple = ()
 
     def label(self):
+        if self.kind == "aggregate":
+            return "aggregate(" + ", ".join(f"{n}={k}({c or '*'})" for n, k, c in self.parts) + ")"
         args = [a for a in (self.column, self.expr, self.k, self.schema) if a is not None]
         if self.fn is not None:
             args.insert(0, getattr(self.fn, "__name__", "kernel"))
         return f"{self.kind}({', '.join(map(str, args))})"
+
+    def values(self) -> Optional[tuple[str, ...]]:
+        """The value columns it emits after the key columns, or None where it emits the
+        input's own records (distinct, threshold, top_k)."""
+        if self.kind == "count":
+            return ("count",)
+        if self.kind in ("sum", "min", "max"):
+            return (self.column,)
+        if self.kind == "aggregate":
+            return tuple(n for n, _, _ in self.parts)
+        if self.kind == "kernel":
+            return tuple(column_names(self.schema, "reduce schema"))
+        return None
 
 
 @dataclass(frozen=True)

@@ -175,9 +175,12 @@ class Interpreter:
         elif red.kind == "kernel":
             out_ddl = ", ".join([_columns(ddl)[i] for i in by] + _columns(red.schema))
             values = {nm: i for i, nm in enumerate(names) if i not in by}  # kernel's columns
-        elif red.kind in ("sum", "min", "max"):
-            agg_ddl, _ = self.sql.select(ddl, [], [f"{red.kind}(`{red.column}`) AS `{red.column}`"])
+        elif red.kind in ("sum", "min", "max", "aggregate"):
+            parts = red.parts or ((red.column, red.kind, red.column),)
+            agg_ddl, _ = self.sql.select(ddl, [], [f"{k}({f'`{c}`' if c else '*'}) AS `{n}`"
+                                                   for n, k, c in parts])
             out_ddl = ", ".join([_columns(ddl)[i] for i in by] + [agg_ddl])
+            values = {c: names.index(c) for _, _, c in red.parts if c is not None}
         if red.kind == "threshold":
             counts = sorted({m for m in _all_multiplicities(ups)})
             _, rows = self.sql.select("count BIGINT", [(c,) for c in counts],
@@ -285,17 +288,15 @@ def _reduce_group(red: ir.Reduction, key: tuple, members, col, values):
     with multiplicity != 0."""
     positive = [(r, m) for r, m in members if m > 0]
     if red.kind == "count":
-        total = sum(m for _, m in members)
+        total = _aggregate_value("count", members, None)
         return [(key + (total,), 1)] if total != 0 else []
-    if red.kind == "sum":
-        xs = [(r[col], m) for r, m in members if r[col] is not None]
-        return [(key + ((sum(x * m for x, m in xs) if xs else None),), 1)]
+    if red.kind == "sum" or (red.kind in ("min", "max") and positive):
+        return [(key + (_aggregate_value(red.kind, members, col),), 1)]
     if red.kind in ("min", "max"):
-        if not positive:
-            return []
-        xs = [r[col] for r, _ in positive if r[col] is not None]
-        pick = (min if red.kind == "min" else max)(xs) if xs else None
-        return [(key + (pick,), 1)]
+        return []
+    if red.kind == "aggregate":  # members is never empty: the group has records
+        return [(key + tuple(_aggregate_value(k, members, values.get(c))
+                             for _, k, c in red.parts), 1)]
     if red.kind == "distinct":
         return [(r, 1) for r, _ in positive]
     if red.kind == "kernel":
@@ -321,6 +322,18 @@ def _reduce_group(red: ir.Reduction, key: tuple, members, col, values):
             left -= m
         return out
     raise ValueError(f"unknown reduction {red.kind}")
+
+
+def _aggregate_value(kind: str, members, col):
+    """One value of an aggregate: count(*) (col None) and count(col) sum multiplicities, sum
+    adds x*m (NULL without a non-null x), min and max read the positive members."""
+    if kind == "count":
+        return sum(m for r, m in members if col is None or r[col] is not None)
+    if kind == "sum":
+        xs = [(r[col], m) for r, m in members if r[col] is not None]
+        return sum(x * m for x, m in xs) if xs else None
+    xs = [r[col] for r, m in members if m > 0 and r[col] is not None]
+    return (min if kind == "min" else max)(xs) if xs else None
 
 
 def _plain(v):

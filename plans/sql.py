@@ -541,10 +541,11 @@ class Lowering:
 
     # ------------------------------------------------------------------ GROUP BY
     def _aggregate(self, q: exp.Select, rel: Rel, group, having):
-        """GROUP BY: every aggregate computed per group by the reduce family, joined on a
-        non-null key of the group (JSON of its columns: a null group column matches), then
-        HAVING, then the SELECT list over group columns and aggregates. Without GROUP BY,
-        one group that always exists (_phantom): SQL's one row, even over no rows."""
+        """GROUP BY: the aggregates computed per group in one reduction (`aggregate`), each
+        DISTINCT one in its own, joined on a non-null key of the group where there are
+        several (JSON of its columns: a null group column matches); then HAVING, then the
+        SELECT list over group columns and aggregates. Without GROUP BY, one group that
+        always exists (_phantom): SQL's one row, even over no rows."""
         items = [_named(e) for e in q.expressions]
         if any(isinstance(b, exp.Star) for _, b in items):
             raise refuse("SELECT * with GROUP BY or aggregates")
@@ -572,21 +573,25 @@ class Lowering:
                 raise refuse(f"aggregate {_text(a)}", "count, sum, min, max and avg are")
         gnames = [self.fresh("g") for _ in group_exprs]
         gtypes = [expression_type(g, types) for g in group_exprs]
-        key = self.fresh("key")
+        names = [self.fresh("agg") for _ in aggs]
+        plain = [(a, n) for a, n in zip(aggs, names) if not isinstance(a.this, exp.Distinct)]
+        distinct = [(a, n) for a, n in zip(aggs, names) if isinstance(a.this, exp.Distinct)]
+        key = self.fresh("key") if bool(plain) + len(distinct) > 1 else None
         base = rel.coll.map(*(f"{_text(self._checked(g, 'GROUP BY'))} AS `{n}`"
                               for g, n in zip(group_exprs, gnames)),
                             *(f"`{c.internal}`" for c in rel.cols),
                             *([f"`{phantom}`"] if phantom else []),
-                            f"to_json(struct({', '.join(f'`{n}`' for n in gnames)})) AS `{key}`"
-                            if gnames else f"'' AS `{key}`")
-        names, outs = [], []
-        for i, a in enumerate(aggs):
-            by = [key] + (gnames if i == 0 else [])
-            name = self.fresh("agg")
-            outs.append(self._one_aggregate(base, a, by, name, types, phantom))
-            names.append(name)
+                            *([f"to_json(struct({', '.join(f'`{n}`' for n in gnames)})) "
+                               f"AS `{key}`" if gnames else f"'' AS `{key}`"] if key else []))
+        outs = []
+        if plain:
+            outs.append(self._plain_aggregates(base, plain, ([key] if key else []) + gnames,
+                                               types, phantom))
+        for a, name in distinct:
+            by = ([key] if key else []) + ([] if outs else gnames)
+            outs.append(self._distinct_aggregate(base, a, by, name, phantom))
         if not aggs:
-            result = base.map(f"`{key}`", *(f"`{n}`" for n in gnames)).distinct()
+            result = base.map(*(f"`{n}`" for n in gnames)).distinct()
         else:
             result = outs[0]
             for o in outs[1:]:
@@ -624,7 +629,7 @@ class Lowering:
         """A global aggregate's input, narrowed to the columns `exprs` read, plus one row of
         typed NULLs flagged true in a new column (from a constant, at time 0): the one group
         then exists even over no rows, and as every aggregate skips the flagged row
-        (_one_aggregate), over no rows it gives SQL's answer: count 0, the others NULL."""
+        (_plain_aggregates), over no rows it gives SQL's answer: count 0, the others NULL."""
         used = {c.name for e in exprs if e is not None for c in e.find_all(exp.Column)}
         cols = [c for c in rel.cols if c.internal in used]
         untyped = [c for c in cols if c.type is None]
@@ -638,43 +643,55 @@ class Lowering:
             *(f"CAST(NULL AS {c.type}) AS `{c.internal}`" for c in cols), f"true AS `{flag}`")
         return Rel(rows.concat(nulls), cols), flag
 
-    def _one_aggregate(self, base, a, by, name, types, phantom=None):
-        """One aggregate per group: columns `by` + `name`; a `phantom` row (a column true
-        there) counts nowhere and gives NULL to the others."""
+    def _plain_aggregates(self, base, aggs: list, by: list, types, phantom=None):
+        """The aggregates without DISTINCT ((aggregate, output name) each) in one reduction:
+        columns `by` + the names. A `phantom` row (a column true there) counts nowhere and
+        gives NULL to the others; avg is its sum over its count (a map after)."""
         keep = [f"`{b}`" for b in by]
-        distinct = isinstance(a.this, exp.Distinct)
-        arg = a.this.expressions[0] if distinct else a.this
-        if distinct and (len(a.this.expressions) != 1 or not isinstance(a, (exp.Count, exp.Sum))):
+        inputs, parts, after = [], {}, []
+        for a, name in aggs:
+            star = isinstance(a, exp.Count) and (a.this is None or isinstance(a.this, exp.Star))
+            after.append(f"`{name}`")
+            if star and phantom is None:
+                parts[name] = "count(*)"
+                continue
+            x = "1" if star else _text(self._checked(a.this, "an aggregate"))
+            if phantom is not None:
+                x = f"CASE WHEN `{phantom}` THEN NULL ELSE {x} END"
+            inputs.append(f"{x} AS `{name}`")
+            if not isinstance(a, exp.Avg):
+                kind = {exp.Count: "count", exp.Sum: "sum", exp.Min: "min", exp.Max: "max"}
+                parts[name] = f"{kind[type(a)]}(`{name}`)"
+                continue
+            result = avg_type(expression_type(a.this, types))
+            if result is None:
+                raise refuse(f"avg({x}) over a value of unknown type", "CAST its argument")
+            total, n = self.fresh("sum"), self.fresh("n")
+            parts[total], parts[n] = f"sum(`{name}`)", f"count(`{name}`)"
+            if result == "DOUBLE":
+                ratio = f"CAST(`{total}` AS DOUBLE) / CAST(`{n}` AS DOUBLE)"
+            else:  # Spark's Average: sum / count as DECIMAL(20, 0), cast to the result type
+                ratio = f"CAST(`{total}` / CAST(`{n}` AS DECIMAL(20, 0)) AS {result})"
+            # avg over no non-null values is NULL (never a division by zero, which ANSI
+            # refuses)
+            after[-1] = f"CASE WHEN `{n}` = 0 THEN NULL ELSE {ratio} END AS `{name}`"
+        out = base.map(*keep, *inputs).aggregate(by=by, **parts)
+        if any(isinstance(a, exp.Avg) for a, _ in aggs):
+            out = out.map(*keep, *after)
+        return out
+
+    def _distinct_aggregate(self, base, a, by, name, phantom=None):
+        """count(DISTINCT x) or sum(DISTINCT x) per group: columns `by` + `name`, over the
+        distinct (group, x); a `phantom` row counts nowhere."""
+        keep = [f"`{b}`" for b in by]
+        if len(a.this.expressions) != 1 or not isinstance(a, (exp.Count, exp.Sum)):
             raise refuse(f"aggregate {_text(a)}", "DISTINCT in count or sum of one column")
-        star = isinstance(a, exp.Count) and (arg is None or isinstance(arg, exp.Star))
-        if star and phantom is None:
-            return base.map(*keep).count(by=by).map(*keep, f"`count` AS `{name}`")
-        x = "1" if star else _text(self._checked(arg, "an aggregate"))
+        x = _text(self._checked(a.this.expressions[0], "an aggregate"))
         if phantom is not None:
             x = f"CASE WHEN `{phantom}` THEN NULL ELSE {x} END"
-        values = base.map(*keep, f"{x} AS `{name}`")
-        if distinct:
-            values = values.distinct()
-        if isinstance(a, exp.Count):
-            return values.map(*keep, f"CAST(CASE WHEN `{name}` IS NULL THEN 0 ELSE 1 END "
-                                     f"AS BIGINT) AS `{name}`").sum(name, by=by)
-        if isinstance(a, (exp.Sum, exp.Min, exp.Max)):
-            op = {exp.Sum: "sum", exp.Min: "min", exp.Max: "max"}[type(a)]
-            return getattr(values, op)(name, by=by)
-        result = avg_type(expression_type(arg, types))
-        if result is None:
-            raise refuse(f"avg({x}) over a value of unknown type", "CAST its argument")
-        total = values.sum(name, by=by)
-        count = values.map(*keep, f"CAST(CASE WHEN `{name}` IS NULL THEN 0 ELSE 1 END "
-                                  f"AS BIGINT) AS `{name}_n`").sum(f"{name}_n", by=by)
-        both = total.join(count, on=by)
-        if result == "DOUBLE":
-            ratio = f"CAST(`{name}` AS DOUBLE) / CAST(`{name}_n` AS DOUBLE)"
-        else:  # Spark's Average: sum / count as DECIMAL(20, 0), cast to the result type
-            ratio = (f"CAST(`{name}` / CAST(`{name}_n` AS DECIMAL(20, 0)) AS {result})")
-        # avg over no non-null values is NULL (never a division by zero, which ANSI refuses)
-        return both.map(*keep, f"CASE WHEN `{name}_n` = 0 THEN NULL ELSE {ratio} END "
-                               f"AS `{name}`")
+        values = base.map(*keep, f"{x} AS `{name}`").distinct()
+        kind = "count" if isinstance(a, exp.Count) else "sum"
+        return values.aggregate(by=by, **{name: f"{kind}(`{name}`)"})
 
     def _agg_type(self, a, types):
         from .types import sum_type

@@ -132,6 +132,9 @@ def _reduce(node: ir.Reduce) -> Optional[Columns]:
         return by + [(red.column, types.get(red.column))]
     if red.kind == "sum":
         return by + [(red.column, sum_type(types.get(red.column)))]
+    if red.kind == "aggregate":
+        return by + [(n, "BIGINT" if k == "count" else sum_type(types.get(c)) if k == "sum"
+                      else types.get(c)) for n, k, c in red.parts]
     if red.kind == "kernel":
         return by + ddl_columns(red.schema)
     return cols  # distinct, threshold, top_k keep the input's records

@@ -114,14 +114,8 @@ def _columns(node: ir.Node, memo: dict) -> Optional[tuple[str, ...]]:
         return node.on + tuple(c for c in left if c not in node.on) + \
             tuple(c for c in right if c not in node.on)
     if isinstance(node, ir.Reduce):
-        red, by = node.reduction, node.by
-        if red.kind == "count":
-            return by + ("count",)
-        if red.kind in ("sum", "min", "max"):
-            return by + (red.column,)
-        if red.kind == "kernel":
-            return by + tuple(column_names(red.schema, "reduce schema"))
-        return columns(node.input, memo)
+        values = node.reduction.values()
+        return node.by + values if values is not None else columns(node.input, memo)
     if isinstance(node, ir.Query):
         return tuple(node.query.head)
     return None

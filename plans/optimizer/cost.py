@@ -83,11 +83,8 @@ def _stage_width(s: ir.Stage, width: float) -> float:
 
 
 def _reduce_width(by, red: ir.Reduction, width: float) -> float:
-    if red.kind in ("count", "sum", "min", "max"):
-        return len(by) + 1.0
-    if red.kind == "kernel":
-        return len(by) + float(len(column_names(red.schema, "reduce schema")))
-    return width
+    values = red.values()
+    return width if values is None else len(by) + float(len(values))
 
 
 def leaf_width(node: ir.Node, memo: dict) -> float:

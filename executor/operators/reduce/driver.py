@@ -137,10 +137,14 @@ def _sum(step, node, g, acc, m, kinds, records, schema):
     """A DOUBLE sum, over its group at each time: float addition depends on its order, so a
     running total would drift from the sum of the group. Also the keys of an exact sum that
     its totals cannot decide (executor/operators/reduce/totals.py)."""
-    xp, column = step.xp, node.reduction.column
-    kind = kinds[column]
-    out_kind = schema[column].dataType
-    x = acc[column]
+    column = node.reduction.column
+    value = _sum_values(step, node, g, acc[column], m, kinds[column], schema[column].dataType)
+    return _keyed(step, node, g, acc, value, step.xp.ones(value.shape, dtype=step.xp.int64))
+
+
+def _sum_values(step, node, g, x, m, kind, out_kind):
+    """Per group of `g`, the sum of x*m over the non-null x (NULL where there is none)."""
+    xp = step.xp
     live = xp.nonzero(x != NULL_CODE)[0]
     xl, ml, gl = xp.take(x, live), xp.take(m, live), xp.take(g, live)
     groups, _ = _groups(xp, g)
@@ -156,8 +160,7 @@ def _sum(step, node, g, acc, m, kinds, records, schema):
             raise Unsupported(f"{node.label()}: a sum near the int64 range")
         value = xp.asarray(_segment_sums(to_numpy(xp, gl), to_numpy(xp, terms)))
     present, _ = _groups(xp, gl)
-    value = _per_group(xp, present, groups, value, NULL_CODE)
-    return _keyed(step, node, g, acc, value, xp.ones(groups.shape, dtype=xp.int64))
+    return _per_group(xp, present, groups, value, NULL_CODE)
 
 
 def _segment_sums(g: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -168,22 +171,48 @@ def _segment_sums(g: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def _extreme(step, node, g, acc, m, kinds, records, schema):
-    xp, column = step.xp, node.reduction.column
+    """min or max, present while a record has positive multiplicity."""
+    xp, red = step.xp, node.reduction
     positive = xp.nonzero(m > 0)[0]
-    g, acc = xp.take(g, positive), {c: xp.take(v, positive) for c, v in acc.items()}
+    g, m = xp.take(g, positive), xp.take(m, positive)
+    acc = {c: xp.take(v, positive) for c, v in acc.items()}
+    value = _extreme_values(step, red.kind, g, acc[red.column], m, kinds[red.column])
+    return _keyed(step, node, g, acc, value, xp.ones(value.shape, dtype=xp.int64))
+
+
+def _extreme_values(step, which: str, g, x, m, kind):
+    """Per group of `g`, the least (`which` min) or greatest non-null x among rows of
+    positive multiplicity (NULL where there is none)."""
+    xp = step.xp
     groups, _ = _groups(xp, g)
-    x = acc[column]
-    live = xp.nonzero(x != NULL_CODE)[0]
+    live = xp.nonzero(xp.logical_and(m > 0, x != NULL_CODE))[0]
     gl, xl = xp.take(g, live), xp.take(x, live)
-    keys = xp.asarray(order_keys(step.encoder, to_numpy(xp, xl), kinds[column]))
+    keys = xp.asarray(order_keys(step.encoder, to_numpy(xp, xl), kind))
     perm = sort_by(xp, [gl, keys])
     gs = xp.take(gl, perm)
     starts = group_starts(xp, [gs])
-    pick = starts if node.reduction.kind == "min" or not gs.shape[0] else xp.concat(
+    pick = starts if which == "min" or not gs.shape[0] else xp.concat(
         [starts[1:], xp.asarray([gs.shape[0]], dtype=xp.int64)]) - 1
-    value = _per_group(xp, xp.take(gs, pick), groups, xp.take(xp.take(xl, perm), pick),
-                       NULL_CODE)
-    return _keyed(step, node, g, acc, value, xp.ones(groups.shape, dtype=xp.int64))
+    return _per_group(xp, xp.take(gs, pick), groups, xp.take(xp.take(xl, perm), pick),
+                      NULL_CODE)
+
+
+def _aggregate(step, node, g, acc, m, kinds, records, schema):
+    """Every value of the group at once (plans/semantics.py `_aggregate_value`); a group is
+    present while it has records."""
+    xp = step.xp
+    groups, starts = _groups(xp, g)
+    out = {k: xp.take(acc[k], starts) for k in node.by}
+    for name, kind, column in node.reduction.parts:
+        x = acc[column] if column is not None else None
+        if kind == "count":
+            counted = m if x is None else xp.where(x != NULL_CODE, m, xp.zeros_like(m))
+            out[name] = sum_segments(xp, counted, starts)
+        elif kind == "sum":
+            out[name] = _sum_values(step, node, g, x, m, kinds[column], schema[name].dataType)
+        else:
+            out[name] = _extreme_values(step, kind, g, x, m, kinds[column])
+    return groups, out, xp.ones(groups.shape, dtype=xp.int64)
 
 
 def _top_k(step, node, g, acc, m, kinds, records, schema):
@@ -321,5 +350,6 @@ def _evaluate(step, table: pa.Table, schema: StructType, exprs: list[str]) -> li
             for i, f in enumerate(projected.schema.fields)]
 
 
-_REDUCE = {"count": _count, "sum": _sum, "min": _extreme, "max": _extreme, "top_k": _top_k,
+_REDUCE = {"count": _count, "sum": _sum, "min": _extreme, "max": _extreme,
+           "aggregate": _aggregate, "top_k": _top_k,
            "distinct": _distinct, "threshold": _threshold, "kernel": _kernel}

@@ -36,17 +36,13 @@ def output(node: ir.Reduce, acc: DataFrame, records: list[str], backend: str,
     by = [*map(q, node.by), *grid]
     if red.kind == "kernel":
         return kernels.reduce_groups(acc, list(node.by), red, list(grid), M, backend)
-    if red.kind == "count":
-        return (acc.groupBy(*by).agg(F.sum(M).alias("count")).where(F.col("count") != 0)
-                .withColumn(M, F.lit(1).cast("bigint")))
-    if red.kind == "sum":
-        x = q(red.column)
-        return acc.groupBy(*by).agg(F.sum(F.col(x) * F.col(M)).alias(red.column)) \
-                  .withColumn(M, F.lit(1).cast("bigint"))
-    if red.kind in ("min", "max"):
-        agg = F.min if red.kind == "min" else F.max
-        return (acc.where(F.col(M) > 0).groupBy(*by).agg(agg(q(red.column)).alias(red.column))
-                .withColumn(M, F.lit(1).cast("bigint")))
+    if red.kind in ("count", "sum", "min", "max", "aggregate"):
+        if red.kind in ("min", "max"):  # present while a record has positive multiplicity
+            acc = acc.where(F.col(M) > 0)
+        out = acc.groupBy(*by).agg(*[_value(k, c).alias(n) for n, k, c in _parts(red)])
+        if red.kind == "count":  # present while the multiplicities do not cancel
+            out = out.where(F.col("count") != 0)
+        return out.withColumn(M, F.lit(1).cast("bigint"))
     if red.kind == "distinct":
         return acc.where(F.col(M) > 0).select(*map(q, records), *grid,
                                               F.lit(1).cast("bigint").alias(M))
@@ -66,28 +62,51 @@ def output(node: ir.Reduce, acc: DataFrame, records: list[str], backend: str,
     raise PlanError(f"{node.label()}: unknown reduction {red.kind}")
 
 
+def _parts(red: ir.Reduction) -> tuple:
+    """(output name, kind, column) per value: an aggregate's parts, or the one value of
+    count, sum, min or max."""
+    return red.parts or ((red.values()[0], red.kind, red.column),)
+
+
+def _value(kind: str, column):
+    """One value over a group's accumulated rows (multiplicity M != 0), as
+    plans/semantics.py `_aggregate_value` defines it."""
+    m = F.col(M)
+    if kind == "count":
+        return F.sum(m if column is None else F.when(F.col(q(column)).isNotNull(), m)
+                     .otherwise(F.lit(0).cast("bigint")))
+    if kind == "sum":
+        return F.sum(F.col(q(column)) * m)
+    return (F.min if kind == "min" else F.max)(F.when(m > 0, F.col(q(column))))
+
+
 def check_types(node: ir.Reduce, acc: DataFrame, records: list[str]) -> None:
     """Refuse, when the plan is built (the Runner resolves every operator on empty inputs),
     a reduction its column's type cannot take: sum needs a number, min, max and top_k's
     order keys a type with an order (no MAP). Spark would fail only at the first step."""
     red = node.reduction
-    where = f"{red.kind}({red.column or red.expr})"
-    if red.kind in ("sum", "min", "max"):
-        if red.column not in records:
-            raise PlanError(f"{where}: no column '{red.column}'; the input's columns are "
-                            f"{', '.join(records)}")
-        keys = [(red.column, acc.schema[red.column].dataType)]
+    if red.kind in ("count", "sum", "min", "max", "aggregate"):
+        keys = []
+        for _, kind, column in _parts(red):
+            if column is None:
+                continue
+            if column not in records:
+                raise PlanError(f"{kind}({column}): no column '{column}'; the input's "
+                                f"columns are {', '.join(records)}")
+            keys.append((kind, column, acc.schema[column].dataType))
     elif red.kind == "top_k":
-        keys = [(e, acc.select(F.expr(e)).schema.fields[0].dataType) for e, _, _ in red.order]
+        keys = [("top_k", e, acc.select(F.expr(e)).schema.fields[0].dataType)
+                for e, _, _ in red.order]
     else:
         return
-    for column, dtype in keys:
+    for kind, column, dtype in keys:
         rule = None
-        if red.kind == "sum" and not isinstance(dtype, NumericType):
+        if kind == "sum" and not isinstance(dtype, NumericType):
             rule = "sum needs a numeric column"
-        elif red.kind != "sum" and not _orderable(dtype):
-            rule = f"{red.kind} needs a column with an order (not a MAP)"
+        elif kind in ("min", "max", "top_k") and not _orderable(dtype):
+            rule = f"{kind} needs a column with an order (not a MAP)"
         if rule:
+            where = f"{kind}({red.expr if kind == 'top_k' else column})"
             raise PlanError(f"{where}: column '{column}' is {dtype.simpleString().upper()}; "
                             f"rule: {rule}")
 

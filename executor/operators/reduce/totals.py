@@ -1,9 +1,9 @@
 """Abelian reductions on the driver as running totals per key: a step costs its change.
 
-count, distinct of whole records and sum over exact types (integers, DECIMAL) see a key's
-accumulated multiset only through sums over its updates: `weight`, the sum of m over the
-records that count (all of them; for a sum those with a non-null value), and for a sum the
-sum of x*m. The step's updates add to these totals, so a step reads the totals of the keys it
+count, distinct of whole records, sum over exact types (integers, DECIMAL) and an aggregate
+of such counts and sums see a key's accumulated multiset only through sums over its updates:
+a `weight`, the sum of m over the records that count (all of them, or those whose column is
+not null), and per sum the sum of x*m (`_layout`). The step's updates add to these totals, so a step reads the totals of the keys it
 touches before it, runs them over its times and emits the output's differences (the
 contract of executor/operators/reduce/spark.py), without reading the keys' groups.
 
@@ -17,7 +17,8 @@ Exact under negative multiplicities (plans/semantics.py `_reduce_group`): a sum'
 some record has a non-zero multiplicity, and is NULL while no record with a non-null value has one.
 A non-zero weight proves both; a zero weight proves neither (+1 and -1 cancel). So a key whose
 weight is zero before the step or at one of its times (a group that appears, vanishes, or holds only
-nulls) is re-evaluated from its group (driver.py), and only those. A sum over integers also keeps
+nulls) is re-evaluated from its group (driver.py), and only those. An aggregate keeps the weight of
+all its records (its group's existence) and each sum's, and re-evaluates a key where one is zero. A sum over integers also keeps
 the sum of |x*d| (capped): it bounds what Spark's own sum adds up in any order, and once it reaches
 2**62 the key is re-evaluated, which sends a sum that could overflow to Spark as before. Totals are
 kept below 2**62 (else the step runs on Spark) so merging their updates cannot overflow.
@@ -39,23 +40,46 @@ BOUND = 2 ** 62  # totals stay below it; a sum's spread is capped at it
 
 def applies(node: ir.Reduce, view) -> bool:
     """Whether the reduction keeps running totals: count, distinct of whole records, and
-    sum over integers or DECIMAL. A DOUBLE sum is re-evaluated over its group at each time:
-    float addition depends on its order, so a running total would drift from it. Over an
-    imported arrangement only a trace that is its own totals qualifies: other totals would
-    live on the source's trace, which this runner does not write."""
+    sum over integers or DECIMAL, alone or as parts of an aggregate with counts. A DOUBLE
+    sum is re-evaluated over its group at each time: float addition depends on its order, so
+    a running total would drift from it; so are min and max. Over an imported arrangement
+    only a trace that is its own totals qualifies: other totals would live on the source's
+    trace, which this runner does not write."""
     red = node.reduction
     if isinstance(node.input, ir.Imported) and not _own(red, view):
         return False
     if red.kind == "distinct":
         return list(view.trace.keys) == view.batch.names
-    if red.kind == "sum":
-        return isinstance(view.batch.schema[red.column].dataType, (*INTEGRAL, DecimalType))
+    exact = (*INTEGRAL, DecimalType)
+    if red.kind in ("sum", "aggregate"):
+        return all(k == "count" or (k == "sum" and isinstance(
+            view.batch.schema[c].dataType, exact)) for _, k, c in _parts(red))
     return red.kind == "count"
 
 
 def _own(red: ir.Reduction, view) -> bool:
     """Whether the arrangement holds only the key columns: its diffs summed are the totals."""
-    return red.kind != "sum" and view.old.columns == list(view.trace.keys)
+    return red.kind in ("count", "distinct") and view.old.columns == list(view.trace.keys)
+
+
+def _parts(red: ir.Reduction) -> tuple:
+    """(output name, kind, column) per value of a sum or an aggregate."""
+    return red.parts or ((red.column, red.kind, red.column),)
+
+
+def _layout(red: ir.Reduction, kinds: dict) -> list[tuple]:
+    """The totals a reduction keeps, as (what, column): ("weight", None), the sum of m over
+    all records (count, distinct, an aggregate's group); ("weight", c), over the records
+    whose c is not null; ("value", c), the sum of x*m over them; then ("spread", c), the sum
+    of |x*m| capped at BOUND, per sum over integers. The exact totals come first."""
+    if red.kind in ("count", "distinct"):
+        return [("weight", None)]
+    specs = [] if red.kind == "sum" else [("weight", None)]
+    for _, kind, column in _parts(red):
+        wanted = [("weight", column)] + ([("value", column)] if kind == "sum" else [])
+        specs += [w for w in wanted if w not in specs]
+    return specs + [("spread", c) for what, c in specs
+                    if what == "value" and isinstance(kinds[c], INTEGRAL)]
 
 
 def delta(step, node: ir.Reduce, view, ready):
@@ -70,20 +94,23 @@ def delta(step, node: ir.Reduce, view, ready):
         return step.empty(schema)
     keys = list(view.trace.keys)
     kinds = {f.name: f.dataType for f in batch.schema.fields}
-    if red.kind == "sum" and isinstance(kinds[red.column], DecimalType) and \
-            schema[red.column].dataType.scale != kinds[red.column].scale:
-        raise Unsupported(f"{node.label()}: Spark's sum has scale "
-                          f"{schema[red.column].dataType.scale}")
+    for name, kind, column in _parts(red) if red.kind in ("sum", "aggregate") else ():
+        if kind == "sum" and isinstance(kinds[column], DecimalType) and \
+                schema[name].dataType.scale != kinds[column].scale:
+            raise Unsupported(f"{node.label()}: Spark's sum has scale "
+                              f"{schema[name].dataType.scale}")
+    layout = _layout(red, kinds)
+    exact = sum(what != "spread" for what, _ in layout)
     own = _own(red, view)
     sources = [view.old] if own else _kept(step, node, view, keys, kinds)
     try:
         now = _Running(xp, [batch.col(k) for k in keys], batch.t,
-                       _terms(xp, red, dict(zip(batch.names, batch.cols)), batch.d, kinds),
+                       _terms(xp, layout, dict(zip(batch.names, batch.cols)), batch.d, kinds),
                        [m.below(step.lower).rows([batch.col(k) for k in keys])
                         for m in sources], step.lower)
     except DiffOverflow:
         raise Unsupported(f"{node.label()}: a total beyond int64 (Spark reports it)") from None
-    _bounded(xp, node, now.now[:2])
+    _bounded(xp, node, now.now[:exact])
     since = view.trace.next_since(step.upto - 1)
     if node.input in step.runner._counted:  # the trace is the totals: add the step's
         added = Changes(view.old.schema, now.keys, now.t, now.step[0])
@@ -93,22 +120,30 @@ def delta(step, node: ir.Reduce, view, ready):
     elif not own:
         step.commits[node.input].totals[red] = [
             m.appended(run_of(xp, now.keys, now.t, d), since)
-            for m, d in zip(sources, now.changes())]
+            for m, d in zip(sources, now.changes(exact))]
     if red.kind == "distinct":
         diff = xp.astype(now.now[0] > 0, xp.int64) - xp.astype(now.prev[0] > 0, xp.int64)
         keep = xp.nonzero(diff != 0)[0]
         return Changes(schema, [xp.take(k, keep) for k in now.keys], xp.take(now.t, keep),
                        xp.take(diff, keep))
     if red.kind == "count":
-        return _emitted(xp, schema, now.keys, now.t, now.now[0], now.prev[0],
+        return _emitted(xp, schema, now.keys, now.t, [now.now[0]], [now.prev[0]],
                         now.now[0] != 0, now.prev[0] != 0)
-    # sum: keys whose weight is ever zero (or whose spread is too wide) are re-evaluated
-    unsure = xp.logical_or(now.now[0] == 0, now.prev[0] == 0)
-    if len(now.now) > 2:
-        unsure = xp.logical_or(unsure, now.now[2] >= BOUND)
+    # sum, aggregate: keys whose group or a sum's weight is ever zero, or whose spread is too
+    # wide, are re-evaluated
+    at = {spec: i for i, spec in enumerate(layout)}
+    weights = [at[("weight", c)] for _, k, c in _parts(red) if k == "sum"] + \
+        ([0] if red.kind == "aggregate" else [])
+    unsure = xp.zeros(now.t.shape, dtype=xp.bool)
+    for i in weights:
+        unsure = xp.logical_or(unsure, xp.logical_or(now.now[i] == 0, now.prev[i] == 0))
+    for i in range(exact, len(layout)):
+        unsure = xp.logical_or(unsure, now.now[i] >= BOUND)
     unsure = now.keys_of(unsure)
     sure = xp.logical_not(xp.take(unsure, now.key))
-    out = _emitted(xp, schema, now.keys, now.t, now.now[1], now.prev[1], sure, sure)
+    read = [at[("value" if k == "sum" else "weight", c)] for _, k, c in _parts(red)]
+    out = _emitted(xp, schema, now.keys, now.t, [now.now[i] for i in read],
+                   [now.prev[i] for i in read], sure, sure)
     if not bool(xp.any(unsure)):
         return out
     rows = now.updates_of(unsure)
@@ -124,30 +159,35 @@ def _bounded(xp, node: ir.Reduce, totals: list) -> None:
         raise Unsupported(f"{node.label()}: a total near the int64 range")
 
 
-def _emitted(xp, schema, keys, t, now, prev, now_present, prev_present):
-    """(keys, value) at each time: the new value (+1) where present now, the previous one
-    (-1) where present before."""
+def _emitted(xp, schema, keys, t, now: list, prev: list, now_present, prev_present):
+    """(keys, values) at each time: the new values (+1) where present now, the previous
+    ones (-1) where present before."""
 
     a, b = xp.nonzero(now_present)[0], xp.nonzero(prev_present)[0]
     cols = [xp.concat([xp.take(k, a), xp.take(k, b)]) for k in keys]
-    cols.append(xp.concat([xp.take(now, a), xp.take(prev, b)]))
+    cols += [xp.concat([xp.take(x, a), xp.take(y, b)]) for x, y in zip(now, prev)]
     return Changes(schema, cols, xp.concat([xp.take(t, a), xp.take(t, b)]),
                    xp.concat([xp.ones_like(a), -xp.ones_like(b)]))
 
 
-def _terms(xp, red: ir.Reduction, cols: dict, d, kinds: dict) -> list:
-    """What each update adds to each total: [weight] for count and distinct; [weight, x*d]
-    for a sum, and |x*d| capped at BOUND (its spread) for a sum over integers."""
-    if red.kind != "sum":
-        return [d]
-    x = cols[red.column]
-    live = x != NULL_CODE
+def _terms(xp, layout: list, cols: dict, d, kinds: dict) -> list:
+    """What each update adds to each total of the layout."""
     zero = xp.zeros_like(d)
-    value = multiply_diffs(xp, xp.where(live, x, zero), d)
-    terms = [xp.where(live, d, zero), value]
-    if isinstance(kinds[red.column], INTEGRAL):
-        wide = xp.logical_or(value >= BOUND, value <= -BOUND)
-        terms.append(xp.where(wide, xp.full_like(value, BOUND), xp.abs(value)))
+    values = {}
+    for what, c in layout:
+        if what == "value":
+            x = cols[c]
+            live = x != NULL_CODE
+            values[c] = multiply_diffs(xp, xp.where(live, x, zero), d)
+    terms = []
+    for what, c in layout:
+        if what == "weight":
+            terms.append(d if c is None else xp.where(cols[c] != NULL_CODE, d, zero))
+        elif what == "value":
+            terms.append(values[c])
+        else:
+            wide = xp.logical_or(values[c] >= BOUND, values[c] <= -BOUND)
+            terms.append(xp.where(wide, xp.full_like(values[c], BOUND), xp.abs(values[c])))
     return terms
 
 
@@ -160,15 +200,17 @@ def _kept(step, node: ir.Reduce, view, keys: list[str], kinds: dict) -> list[Mir
         return trace.totals[red]
     whole = view.old.below(step.lower).all()
     columns = dict(zip(view.old.columns, whole.cols))
+    layout = _layout(red, kinds)
+    exact = sum(what != "spread" for what, _ in layout)
     try:
-        terms = _terms(xp, red, columns, whole.d, kinds)
+        terms = _terms(xp, layout, columns, whole.d, kinds)
         t = xp.full_like(whole.t, step.lower - 1)
         summed = _Running(xp, [columns[k] for k in keys], t, terms, [], step.lower - 1)
     except DiffOverflow:
         raise Unsupported(f"{node.label()}: a total beyond int64 (Spark reports it)") from None
     totals = summed.now
-    _bounded(xp, node, totals[:2])
-    totals = totals[:2] + [xp.minimum(s, xp.asarray(BOUND)) for s in totals[2:]]
+    _bounded(xp, node, totals[:exact])
+    totals = totals[:exact] + [xp.minimum(s, xp.asarray(BOUND)) for s in totals[exact:]]
     since = trace.next_since(step.lower - 1)
     kept = trace.totals[red] = [
         Mirror(xp, keys, len(keys)).appended(run_of(xp, summed.keys, summed.t, total), since)
@@ -214,11 +256,12 @@ class _Running:
         self.now = [xp.take(s, kept) for s in now]
         self.prev = [a - b for a, b in zip(self.now, self.step)]
 
-    def changes(self) -> list:
-        """Each total's change at each kept row, a spread saturating at BOUND."""
+    def changes(self, exact: int) -> list:
+        """Each total's change at each kept row, a spread (after the `exact` totals)
+        saturating at BOUND."""
         xp, cap = self.xp, self.xp.asarray(BOUND)
-        return self.step[:2] + [xp.minimum(now, cap) - xp.minimum(prev, cap)
-                                for now, prev in zip(self.now[2:], self.prev[2:])]
+        return self.step[:exact] + [xp.minimum(now, cap) - xp.minimum(prev, cap)
+                                    for now, prev in zip(self.now[exact:], self.prev[exact:])]
 
     def keys_of(self, flags):
         """Per key, whether one of its kept rows is flagged."""

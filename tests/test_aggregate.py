@@ -1,0 +1,135 @@
+"""Several values per group in one reduction (`Collection.aggregate`, SQL's GROUP BY list):
+count(*), count(x), sum, min and max over STRING, BIGINT, INT, DECIMAL and DOUBLE columns with
+nulls, keyed and global, checked three ways (driver placement, Spark placement, reference
+interpreter) on random streams with negative diffs; groups that vanish, come back, cancel or
+hold only nulls; running totals where every value is abelian over exact types; and the
+errors a bad aggregate gets when the plan is built."""
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from conftest import examples, three_ways, updates_table
+from executor import Runner
+from plans import Dataflow, PlanError
+
+S = "k STRING, g BIGINT, x BIGINT, p DECIMAL(10,2), y INT, f DOUBLE"
+HORIZON = 6
+
+
+def aggregate_flow() -> Dataflow:
+    """Abelian aggregates (running totals on the driver) keyed and global, one with min and
+    max (its touched groups re-evaluated), one beside a sum on the same arrangement."""
+    flow = Dataflow()
+    s = flow.input("s", S)
+    flow.output("totals", s.aggregate(by=["k"], n="count(*)", nx="count(x)", sx="sum(x)",
+                                      sp="sum(p)", sy="sum(y)"))
+    flow.output("extremes", s.aggregate(by=["k", "g"], n="count(*)", lo="min(y)", hi="max(p)",
+                                        name="max(k)", sf="sum(f)"))
+    flow.output("global", s.aggregate(n="count(*)", sp="sum(p)", np="count(p)"))
+    flow.output("beside", s.sum("x", by=["k"]))
+    return flow
+
+
+def _maybe(s):
+    return st.one_of(st.none(), s)
+
+
+record = st.tuples(st.sampled_from(["a", "b", "é"]), st.integers(0, 2),
+                   _maybe(st.sampled_from([0, 1, -7, 2**40])),
+                   _maybe(st.sampled_from([Decimal("1.50"), Decimal("-2.25"), Decimal("0.00"),
+                                           Decimal("99999999.99")])),
+                   _maybe(st.sampled_from([3, -3, 2**31 - 1])),
+                   _maybe(st.sampled_from([0.5, -1.25, 3.0])))
+updates = st.lists(st.tuples(record, st.integers(0, HORIZON - 1),
+                             st.sampled_from([-2, -1, 1, 1, 2])), max_size=16)
+cuts = st.sets(st.integers(1, HORIZON - 1), max_size=3).map(lambda s: sorted(s) + [HORIZON])
+
+
+@settings(max_examples=examples(4, 4), deadline=None, suppress_health_check=list(HealthCheck))
+@given(stream=updates, cuts=cuts)
+def test_aggregates_match_reference_and_spark(spark, conf, stream, cuts):
+    assert all(three_ways(spark, conf, aggregate_flow(), S, stream, cuts))
+
+
+def _u(t, d, k="a", g=0, x=1, p="1.00", y=1, f=1.0):
+    return ((k, g, x, None if p is None else Decimal(p), y, f), t, d)
+
+
+# What each step does to group "a" ("b" changes now and then, its totals carrying on).
+STORY = [
+    [_u(0, 1), _u(0, 2, x=5, p="2.50"), _u(0, 1, k="b", x=3)],  # appears
+    [_u(1, -1), _u(1, -2, x=5, p="2.50")],  # vanishes
+    [_u(2, 1, x=4, p="4.00", y=2)],  # comes back
+    [_u(3, 1, x=6, p="0.25", g=1), _u(3, -1, x=2, p="0.75", g=1)],  # a record at -1
+    # multiplicities 1, -1 and a null's 1: weight 0 for x, yet the sum is 6 - 2
+    [_u(4, -1, x=4, p="4.00", y=2), _u(4, 1, x=None, p=None, y=None, f=None)],
+    [_u(5, 1, x=-9, p="-9.00"), _u(5, 1, k="b", x=1)],  # weight 1 again
+    # only the null left: NULL sums, count(*) 1, count(x) 0
+    [_u(6, -1, x=6, p="0.25", g=1), _u(6, 1, x=2, p="0.75", g=1), _u(6, -1, x=-9, p="-9.00")],
+]
+
+
+def test_groups_that_vanish_cancel_or_hold_nulls(spark, conf):
+    """A hand-made stream through every case running totals cannot decide alone, on the
+    driver, and again loaded on Spark, stepped on the driver and back on Spark."""
+    stream = [u for step in STORY for u in step]
+    steps = list(range(1, len(STORY) + 1))
+    assert all(three_ways(spark, conf, aggregate_flow(), S, stream, steps))
+    switching = {"diffspark.host.step_rows": "2"}  # steps of 3 rows run on Spark
+    ran = three_ways(spark, conf, aggregate_flow(), S, stream, steps, switching)
+    assert ran == [False, True, True, True, True, True, False]
+
+
+def test_a_step_reads_the_totals_it_changes_not_the_groups(spark, conf, monkeypatch):
+    """After a load of 4,000 records in two groups, a step of two changes to an abelian
+    aggregate reads a few rows of the mirrors (the totals of the keys it touches)."""
+    from executor.arrange import mirror
+
+    flow = Dataflow()
+    flow.output("a", flow.input("s", S).aggregate(by=["k"], n="count(*)", sp="sum(p)",
+                                                  sx="sum(x)", nx="count(x)"))
+    runner = Runner(flow, conf=conf, spark=spark)
+    load = [_u(0, 1, k="ab"[i % 2], g=i, x=i, p=f"{i}.00") for i in range(4000)]
+    assert runner.step({"s": updates_table(S, load)}, upto=1).host
+    read = []
+    for name in ("rows", "all"):
+        real = getattr(mirror.Mirror, name)
+        monkeypatch.setattr(mirror.Mirror, name, lambda self, *a, real=real: (
+            lambda run: read.append(run.size) or run)(real(self, *a)))
+    step = [_u(1, -1, g=2, x=2, p="2.00"), _u(1, 1, k="b", g=9999, x=None, p="7.00")]
+    result = runner.step({"s": updates_table(S, step)}, upto=2)
+    assert result.host and 0 < sum(read) <= 40, read
+    a, b = sum(range(0, 4000, 2)), sum(range(1, 4000, 2))
+
+    def row(k, n, sp, sx, nx, d):
+        return {"k": k, "n": n, "sp": Decimal(f"{sp}.00"), "sx": sx, "nx": nx, "time": 1,
+                "diff": d}
+    assert sorted(result.arrow("a").to_pylist(), key=str) == sorted([
+        row("a", 2000, a, a, 2000, -1), row("a", 1999, a - 2, a - 2, 1999, 1),
+        row("b", 2000, b, b, 2000, -1), row("b", 2001, b + 7, b, 2000, 1)], key=str)
+
+
+@pytest.mark.parametrize("values, rule", [
+    ({}, "name at least one value"),
+    ({"n": "avg(x)"}, "rule: one of count"),
+    ({"n": "sum(*)"}, "only count takes *"),
+    ({"k": "count(*)"}, "declared twice"),
+])
+def test_a_bad_aggregate_is_refused_when_built(values, rule):
+    flow = Dataflow()
+    with pytest.raises(PlanError, match=rule):
+        flow.input("s", S).aggregate(by=["k"], **values)
+
+
+@pytest.mark.parametrize("value, rule", [
+    ("sum(k)", "sum needs a numeric column"),
+    ("min(nope)", "no column 'nope'"),
+])
+def test_a_bad_column_is_refused_when_the_runner_builds(spark, conf, value, rule):
+    flow = Dataflow()
+    flow.output("a", flow.input("s", S).aggregate(by=["g"], v=value))
+    with pytest.raises(PlanError, match=rule):
+        Runner(flow, conf=conf, spark=spark)

@@ -69,9 +69,10 @@ class Lowering:
     """One statement's translation; `relations` maps lower-case names to Collections of
     `flow`."""
 
-    def __init__(self, flow, relations: dict):
+    def __init__(self, flow, relations: dict, statement=None):
         self.flow = flow
         self.relations = dict(relations)
+        self.mentioned = _mentioned(statement) if statement is not None else None
         self.n = 0
         self.used: set = set()  # ids of WHERE conjuncts already applied
         self.ranked: dict = {}  # id of a derived table's SELECT -> (its row_number, k)
@@ -286,8 +287,10 @@ class Lowering:
             rel, alias = self.query(item.this, ctes), item.alias.lower()
         else:
             raise refuse(f"FROM item {_text(item)}")
-        cols = [Col(c.name, alias, self.fresh(c.name), c.type) for c in rel.cols]
-        coll = rel.coll.map(*(f"`{c.internal}` AS `{n.internal}`" for c, n in zip(rel.cols, cols)))
+        read = [c for c in rel.cols if self.mentioned is None or c.name.lower() in self.mentioned]
+        read = read or rel.cols[:1]  # count(*) alone: one column carries the rows
+        cols = [Col(c.name, alias, self.fresh(c.name), c.type) for c in read]
+        coll = rel.coll.map(*(f"`{c.internal}` AS `{n.internal}`" for c, n in zip(read, cols)))
         return Rel(coll, cols)
 
     def _join(self, left: Rel, right: Rel, conds: list, how: str) -> Rel:
@@ -835,7 +838,17 @@ def view(flow, text: str, relations: dict):
     if len(statements) != 1:
         raise PlanError(f"sql: expected one query, got {len(statements)} statements "
                         f"(rule: a .sql plan file holds several)")
-    return Lowering(flow, relations).query(_checked_statement(statements[0])).coll
+    statement = _checked_statement(statements[0])
+    return Lowering(flow, relations, statement).query(statement).coll
+
+
+def _mentioned(statement) -> Optional[set]:
+    """The names a statement spells (lower case), or None where it reads every column (a
+    `*` other than count's): a table's column spelled nowhere cannot change the answer, so
+    a scan leaves it out rather than carry it through every operator."""
+    if any(not isinstance(s.parent, exp.Count) for s in statement.find_all(exp.Star)):
+        return None
+    return {i.name.lower() for i in statement.find_all(exp.Identifier)}
 
 
 def _row_number(w) -> bool:
@@ -898,7 +911,8 @@ def script(flow, text: str) -> None:
         name = s.this.name
         if name.lower() in tables:
             raise PlanError(f"sql: '{name}' is declared twice")
-        coll = Lowering(flow, tables).query(_checked_statement(s.expression)).coll
+        statement = _checked_statement(s.expression)
+        coll = Lowering(flow, tables, statement).query(statement).coll
         tables[name.lower()] = coll
         props = s.args.get("properties")
         if props is not None and any(isinstance(p, exp.MaterializedProperty)

@@ -123,3 +123,25 @@ def test_a_sum_beyond_int64_steps_on_spark(spark, conf):
     result = runner.step({"o": table}, upto=1)
     assert not result.host
     assert rows_of(runner.output("s")) == [((1, big * 8), 0, 1)]
+
+
+@settings(max_examples=examples(30, 60), deadline=None)
+@given(batches=st.lists(st.lists(st.one_of(st.none(), st.sampled_from(["a", "b", "é", "", "x" * 40])
+                                            | st.text(max_size=3)), max_size=6), max_size=8))
+def test_strings_decode_to_what_was_encoded_across_dictionary_chunks(batches):
+    """STRING codes decode (executor/arrange/encoding.py) chunk by chunk of the growing
+    dictionary, nulls and an empty dictionary included, to the values encoded."""
+    import numpy as np
+    import pyarrow as pa
+    from pyspark.sql.types import StringType
+
+    from executor.arrange.encoding import Encoder
+
+    encoder, seen, codes = Encoder(), [], []
+    for batch in batches:
+        codes.append(encoder.encode(pa.array(batch, pa.string()), StringType()))
+        seen += batch
+        order = np.random.default_rng(len(seen)).permutation(len(seen))
+        got = encoder.decode(np.concatenate(codes + [np.zeros(0, np.int64)])[order],
+                             StringType())
+        assert got.type == pa.string() and got.to_pylist() == [seen[i] for i in order]

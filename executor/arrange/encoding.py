@@ -105,10 +105,9 @@ class Encoder:
         target = to_arrow_type(kind)
         if isinstance(kind, (StringType, BinaryType)):
             values = self._column(_dict_kind(kind), target)
-            if not len(codes):
-                return pa.array([], type=target)
-            out = values.take(pa.array(np.where(null, 0, codes), mask=mask))
-            return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
+            if null.all():  # no value (the dictionary may still be empty)
+                return pa.nulls(len(codes), type=target)
+            return _take(values, np.where(null, 0, codes), mask)
         if isinstance(kind, DecimalType):
             return _decimals(np.where(null, 0, codes), kind, mask)
         if isinstance(kind, (DoubleType, FloatType)):
@@ -120,6 +119,22 @@ class Encoder:
             base = pa.array(codes, mask=mask)
             return (base.cast(pa.int32()) if pa.types.is_date32(target) else base).cast(target)
         return pa.array(codes, mask=mask).cast(target)
+
+
+def _take(values: pa.ChunkedArray, index: np.ndarray, mask) -> pa.Array:
+    """values[index] (null where `mask`), chunk by chunk: Arrow's take over a chunked array
+    concatenates its chunks first, a copy of the whole dictionary for a few values."""
+    bounds = np.cumsum([0] + [len(c) for c in values.chunks])
+    chunk = np.searchsorted(bounds, index, side="right") - 1
+    order = np.argsort(chunk, kind="stable")
+    in_order = chunk[order]
+    parts = []
+    for c in np.unique(in_order):
+        rows = order[np.searchsorted(in_order, c):np.searchsorted(in_order, c, side="right")]
+        parts.append(values.chunk(int(c)).take(pa.array(index[rows] - bounds[c])))
+    back = np.empty_like(order)
+    back[order] = np.arange(order.shape[0])
+    return pa.concat_arrays(parts).take(pa.array(back, mask=mask))
 
 
 def fits(column: pa.Array | pa.ChunkedArray, kind: DataType) -> bool:

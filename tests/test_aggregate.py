@@ -133,3 +133,28 @@ def test_a_bad_column_is_refused_when_the_runner_builds(spark, conf, value, rule
     flow.output("a", flow.input("s", S).aggregate(by=["g"], v=value))
     with pytest.raises(PlanError, match=rule):
         Runner(flow, conf=conf, spark=spark)
+
+
+def test_an_aggregate_inside_an_iterate(spark, conf):
+    """Distances from node 0 with the least distance and the number of candidates per node
+    in one aggregate of the body (product times: the driver's and Spark's forms), over
+    edge inserts and deletes, three ways."""
+    import random
+
+    flow = Dataflow()
+    edges = flow.input("s", "src BIGINT, dst BIGINT")
+    roots = flow.constant("node BIGINT, dist BIGINT", [(0, 0)])
+    out = edges.map("src AS node", "dst")
+    flow.output("dist", roots.iterate(lambda v: v.join(out, on=["node"])
+                                      .map("dst AS node", "dist + 1 AS dist").concat(roots)
+                                      .aggregate(by=["node"], dist="min(dist)", n="count(*)")
+                                      .map("node", "dist")))
+    rng, live, stream = random.Random(5), set(), []
+    for t in range(4):
+        for _ in range(6):
+            e = (rng.randrange(6), rng.randrange(6))
+            d = -1 if e in live and rng.random() < 0.4 else 1 if e not in live else 0
+            if d:
+                (live.discard if d < 0 else live.add)(e)
+                stream.append((e, t, d))
+    assert all(three_ways(spark, conf, flow, "src BIGINT, dst BIGINT", stream, [1, 2, 3, 4]))

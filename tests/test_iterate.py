@@ -368,6 +368,13 @@ REDUCTIONS = {
     "min": (lambda x: x.min("v", by=["k"]),
             lambda acc: Counter({(k, min(v for (kk, v), m in acc.items() if kk == k and m > 0)): 1
                                  for k in {k for (k, _), m in acc.items() if m > 0}})),
+    "aggregate": (lambda x: x.aggregate(by=["k"], n="count(*)", lo="min(v)", s="sum(v)"),
+                  lambda acc: Counter({(k, sum(m for _, m in ms),
+                                        min((v for v, m in ms if m > 0), default=None),
+                                        sum(v * m for v, m in ms)): 1
+                                       for k in {k for k, _ in acc}
+                                       if (ms := [(v, m) for (kk, v), m in acc.items()
+                                                  if kk == k])})),
     "distinct": (lambda x: x.distinct(),
                  lambda acc: Counter({r: 1 for r, m in acc.items() if m > 0})),
 }
@@ -385,7 +392,8 @@ def check_grid(spark, conf, kind, updates, cut):
             assert at(out, e, i) == static(at(updates, e, i)), f"{kind} at ({e}, {i})"
 
 
-@pytest.mark.parametrize("kind", [pytest.param(k, marks=[] if k == "min" else [pytest.mark.slow])
+@pytest.mark.parametrize("kind", [pytest.param(k, marks=[] if k in ("min", "aggregate")
+                                                else [pytest.mark.slow])
                                   for k in sorted(REDUCTIONS)])
 @pytest.mark.parametrize("tasks", ["one task", "partitioned"])
 def test_reductions_at_product_times_equal_recomputation_at_every_grid_time(spark, conf, kind,

@@ -577,8 +577,10 @@ class Lowering:
         gnames = [self.fresh("g") for _ in group_exprs]
         gtypes = [expression_type(g, types) for g in group_exprs]
         names = [self.fresh("agg") for _ in aggs]
-        plain = [(a, n) for a, n in zip(aggs, names) if not isinstance(a.this, exp.Distinct)]
-        distinct = [(a, n) for a, n in zip(aggs, names) if isinstance(a.this, exp.Distinct)]
+        # min and max of the distinct values are min and max
+        distinct = [(a, n) for a, n in zip(aggs, names) if isinstance(a.this, exp.Distinct)
+                    and not isinstance(a, (exp.Min, exp.Max))]
+        plain = [(a, n) for a, n in zip(aggs, names) if (a, n) not in distinct]
         key = self.fresh("key") if bool(plain) + len(distinct) > 1 else None
         base = rel.coll.map(*(f"{_text(self._checked(g, 'GROUP BY'))} AS `{n}`"
                               for g, n in zip(group_exprs, gnames)),
@@ -658,7 +660,10 @@ class Lowering:
             if star and phantom is None:
                 parts[name] = "count(*)"
                 continue
-            x = "1" if star else _text(self._checked(a.this, "an aggregate"))
+            arg = a.this.expressions[0] if isinstance(a.this, exp.Distinct) else a.this
+            if isinstance(a.this, exp.Distinct) and len(a.this.expressions) != 1:
+                raise refuse(f"aggregate {_text(a)}", "DISTINCT of one column")
+            x = "1" if star else _text(self._checked(arg, "an aggregate"))
             if phantom is not None:
                 x = f"CASE WHEN `{phantom}` THEN NULL ELSE {x} END"
             inputs.append(f"{x} AS `{name}`")

@@ -48,7 +48,7 @@ updates = st.lists(st.tuples(record, st.integers(0, HORIZON - 1),
 cuts = st.sets(st.integers(1, HORIZON - 1), max_size=3).map(lambda s: sorted(s) + [HORIZON])
 
 
-@settings(max_examples=examples(4, 4), deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(3, 3), deadline=None, suppress_health_check=list(HealthCheck))
 @given(stream=updates, cuts=cuts)
 def test_aggregates_match_reference_and_spark(spark, conf, stream, cuts):
     assert all(three_ways(spark, conf, aggregate_flow(), S, stream, cuts))
@@ -73,11 +73,11 @@ STORY = [
 
 
 def test_groups_that_vanish_cancel_or_hold_nulls(spark, conf):
-    """A hand-made stream through every case running totals cannot decide alone, on the
-    driver, and again loaded on Spark, stepped on the driver and back on Spark."""
+    """A hand-made stream through every case running totals cannot decide alone: loaded on
+    Spark, stepped on the driver (totals rebuilt from Spark's batches) and back on Spark
+    (the hypothesis test above starts on the driver)."""
     stream = [u for step in STORY for u in step]
     steps = list(range(1, len(STORY) + 1))
-    assert all(three_ways(spark, conf, aggregate_flow(), S, stream, steps))
     switching = {"diffspark.host.step_rows": "2"}  # steps of 3 rows run on Spark
     ran = three_ways(spark, conf, aggregate_flow(), S, stream, steps, switching)
     assert ran == [False, True, True, True, True, True, False]

@@ -325,7 +325,8 @@ class Reduction:
 
     def label(self):
         if self.kind == "aggregate":
-            return "aggregate(" + ", ".join(f"{n}={k}({c or '*'})" for n, k, c in self.parts) + ")"
+            text = ", ".join(f"{n}={k}({c or '*'})" for n, k, c in self.parts)
+            return f"aggregate({text})"
         args = [a for a in (self.column, self.expr, self.k, self.schema) if a is not None]
         if self.fn is not None:
             args.insert(0, getattr(self.fn, "__name__", "kernel"))
@@ -343,6 +344,13 @@ class Reduction:
         if self.kind == "kernel":
             return tuple(column_names(self.schema, "reduce schema"))
         return None
+
+    def value_parts(self) -> tuple:
+        """(output name, kind, column) per value of count, sum, min, max or an aggregate:
+        the single-valued kinds as an aggregate of one value."""
+        if self.kind == "aggregate":
+            return self.parts
+        return ((self.values()[0], self.kind, self.column),)
 
 
 @dataclass(frozen=True)

@@ -176,9 +176,8 @@ class Interpreter:
             out_ddl = ", ".join([_columns(ddl)[i] for i in by] + _columns(red.schema))
             values = {nm: i for i, nm in enumerate(names) if i not in by}  # kernel's columns
         elif red.kind in ("sum", "min", "max", "aggregate"):
-            parts = red.parts or ((red.column, red.kind, red.column),)
             agg_ddl, _ = self.sql.select(ddl, [], [f"{k}({f'`{c}`' if c else '*'}) AS `{n}`"
-                                                   for n, k, c in parts])
+                                                   for n, k, c in red.value_parts()])
             out_ddl = ", ".join([_columns(ddl)[i] for i in by] + [agg_ddl])
             values = {c: names.index(c) for _, _, c in red.parts if c is not None}
         if red.kind == "threshold":

@@ -11,12 +11,13 @@ from decimal import Decimal
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+import test_totals as totals
 from conftest import examples, three_ways, updates_table
 from executor import Runner
 from plans import Dataflow, PlanError
 
 S = "k STRING, g BIGINT, x BIGINT, p DECIMAL(10,2), y INT, f DOUBLE"
-HORIZON = 6
+HORIZON = totals.HORIZON
 
 
 def aggregate_flow() -> Dataflow:
@@ -33,23 +34,15 @@ def aggregate_flow() -> Dataflow:
     return flow
 
 
-def _maybe(s):
-    return st.one_of(st.none(), s)
-
-
-record = st.tuples(st.sampled_from(["a", "b", "é"]), st.integers(0, 2),
-                   _maybe(st.sampled_from([0, 1, -7, 2**40])),
-                   _maybe(st.sampled_from([Decimal("1.50"), Decimal("-2.25"), Decimal("0.00"),
-                                           Decimal("99999999.99")])),
-                   _maybe(st.sampled_from([3, -3, 2**31 - 1])),
-                   _maybe(st.sampled_from([0.5, -1.25, 3.0])))
+# test_totals' records and times, with a DOUBLE column
+record = st.tuples(totals.record, totals.maybe(st.sampled_from([0.5, -1.25, 3.0]))) \
+    .map(lambda r: (*r[0], r[1]))
 updates = st.lists(st.tuples(record, st.integers(0, HORIZON - 1),
                              st.sampled_from([-2, -1, 1, 1, 2])), max_size=16)
-cuts = st.sets(st.integers(1, HORIZON - 1), max_size=3).map(lambda s: sorted(s) + [HORIZON])
 
 
 @settings(max_examples=examples(3, 3), deadline=None, suppress_health_check=list(HealthCheck))
-@given(stream=updates, cuts=cuts)
+@given(stream=updates, cuts=totals.cuts)
 def test_aggregates_match_reference_and_spark(spark, conf, stream, cuts):
     assert all(three_ways(spark, conf, aggregate_flow(), S, stream, cuts))
 
@@ -58,18 +51,10 @@ def _u(t, d, k="a", g=0, x=1, p="1.00", y=1, f=1.0):
     return ((k, g, x, None if p is None else Decimal(p), y, f), t, d)
 
 
-# What each step does to group "a" ("b" changes now and then, its totals carrying on).
-STORY = [
-    [_u(0, 1), _u(0, 2, x=5, p="2.50"), _u(0, 1, k="b", x=3)],  # appears
-    [_u(1, -1), _u(1, -2, x=5, p="2.50")],  # vanishes
-    [_u(2, 1, x=4, p="4.00", y=2)],  # comes back
-    [_u(3, 1, x=6, p="0.25", g=1), _u(3, -1, x=2, p="0.75", g=1)],  # a record at -1
-    # multiplicities 1, -1 and a null's 1: weight 0 for x, yet the sum is 6 - 2
-    [_u(4, -1, x=4, p="4.00", y=2), _u(4, 1, x=None, p=None, y=None, f=None)],
-    [_u(5, 1, x=-9, p="-9.00"), _u(5, 1, k="b", x=1)],  # weight 1 again
-    # only the null left: NULL sums, count(*) 1, count(x) 0
-    [_u(6, -1, x=6, p="0.25", g=1), _u(6, 1, x=2, p="0.75", g=1), _u(6, -1, x=-9, p="-9.00")],
-]
+# test_totals' story of group "a" (appears, vanishes, comes back, cancels, holds only nulls),
+# each record with a DOUBLE that is null where its x is
+STORY = [[((*r, None if r[2] is None else 1.0), t, d) for r, t, d in step]
+         for step in totals.STORY]
 
 
 def test_groups_that_vanish_cancel_or_hold_nulls(spark, conf):

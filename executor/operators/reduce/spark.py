@@ -39,7 +39,7 @@ def output(node: ir.Reduce, acc: DataFrame, records: list[str], backend: str,
     if red.kind in ("count", "sum", "min", "max", "aggregate"):
         if red.kind in ("min", "max"):  # present while a record has positive multiplicity
             acc = acc.where(F.col(M) > 0)
-        out = acc.groupBy(*by).agg(*[_value(k, c).alias(n) for n, k, c in _parts(red)])
+        out = acc.groupBy(*by).agg(*[_value(k, c).alias(n) for n, k, c in red.value_parts()])
         if red.kind == "count":  # present while the multiplicities do not cancel
             out = out.where(F.col("count") != 0)
         return out.withColumn(M, F.lit(1).cast("bigint"))
@@ -62,12 +62,6 @@ def output(node: ir.Reduce, acc: DataFrame, records: list[str], backend: str,
     raise PlanError(f"{node.label()}: unknown reduction {red.kind}")
 
 
-def _parts(red: ir.Reduction) -> tuple:
-    """(output name, kind, column) per value: an aggregate's parts, or the one value of
-    count, sum, min or max."""
-    return red.parts or ((red.values()[0], red.kind, red.column),)
-
-
 def _value(kind: str, column):
     """One value over a group's accumulated rows (multiplicity M != 0), as
     plans/semantics.py `_aggregate_value` defines it."""
@@ -87,7 +81,7 @@ def check_types(node: ir.Reduce, acc: DataFrame, records: list[str]) -> None:
     red = node.reduction
     if red.kind in ("count", "sum", "min", "max", "aggregate"):
         keys = []
-        for _, kind, column in _parts(red):
+        for _, kind, column in red.value_parts():
             if column is None:
                 continue
             if column not in records:

@@ -3,9 +3,10 @@
 count, distinct of whole records, sum over exact types (integers, DECIMAL) and an aggregate
 of such counts and sums see a key's accumulated multiset only through sums over its updates:
 a `weight`, the sum of m over the records that count (all of them, or those whose column is
-not null), and per sum the sum of x*m (`_layout`). The step's updates add to these totals, so a step reads the totals of the keys it
-touches before it, runs them over its times and emits the output's differences (the
-contract of executor/operators/reduce/spark.py), without reading the keys' groups.
+not null), and per sum the sum of x*m (`_layout`). The step's updates add to these totals,
+so a step reads the totals of the keys it touches before it, runs them over its times and
+emits the output's differences (the contract of executor/operators/reduce/spark.py),
+without reading the keys' groups.
 
 Where totals live: an arrangement that holds only the reduction's key columns (one that only counts
 read, counted.py; distinct's whole records) is its own totals, its diffs summed per key. Otherwise
@@ -17,11 +18,12 @@ Exact under negative multiplicities (plans/semantics.py `_reduce_group`): a sum'
 some record has a non-zero multiplicity, and is NULL while no record with a non-null value has one.
 A non-zero weight proves both; a zero weight proves neither (+1 and -1 cancel). So a key whose
 weight is zero before the step or at one of its times (a group that appears, vanishes, or holds only
-nulls) is re-evaluated from its group (driver.py), and only those. An aggregate keeps the weight of
-all its records (its group's existence) and each sum's, and re-evaluates a key where one is zero. A sum over integers also keeps
-the sum of |x*d| (capped): it bounds what Spark's own sum adds up in any order, and once it reaches
-2**62 the key is re-evaluated, which sends a sum that could overflow to Spark as before. Totals are
-kept below 2**62 (else the step runs on Spark) so merging their updates cannot overflow.
+nulls) is re-evaluated from its group (driver.py), and only those. An aggregate keeps the weight
+of all its records (its group's existence) and each sum's, and re-evaluates a key where one is
+zero. A sum over integers also keeps the sum of |x*d| (capped): it bounds what Spark's own sum
+adds up in any order, and once it reaches 2**62 the key is re-evaluated, which sends a sum that
+could overflow to Spark as before. Totals are kept below 2**62 (else the step runs on Spark) so
+merging their updates cannot overflow.
 """
 from __future__ import annotations
 
@@ -53,18 +55,13 @@ def applies(node: ir.Reduce, view) -> bool:
     exact = (*INTEGRAL, DecimalType)
     if red.kind in ("sum", "aggregate"):
         return all(k == "count" or (k == "sum" and isinstance(
-            view.batch.schema[c].dataType, exact)) for _, k, c in _parts(red))
+            view.batch.schema[c].dataType, exact)) for _, k, c in red.value_parts())
     return red.kind == "count"
 
 
 def _own(red: ir.Reduction, view) -> bool:
     """Whether the arrangement holds only the key columns: its diffs summed are the totals."""
     return red.kind in ("count", "distinct") and view.old.columns == list(view.trace.keys)
-
-
-def _parts(red: ir.Reduction) -> tuple:
-    """(output name, kind, column) per value of a sum or an aggregate."""
-    return red.parts or ((red.column, red.kind, red.column),)
 
 
 def _layout(red: ir.Reduction, kinds: dict) -> list[tuple]:
@@ -75,11 +72,16 @@ def _layout(red: ir.Reduction, kinds: dict) -> list[tuple]:
     if red.kind in ("count", "distinct"):
         return [("weight", None)]
     specs = [] if red.kind == "sum" else [("weight", None)]
-    for _, kind, column in _parts(red):
+    for _, kind, column in red.value_parts():
         wanted = [("weight", column)] + ([("value", column)] if kind == "sum" else [])
         specs += [w for w in wanted if w not in specs]
     return specs + [("spread", c) for what, c in specs
                     if what == "value" and isinstance(kinds[c], INTEGRAL)]
+
+
+def _exact(layout: list) -> int:
+    """How many totals of the layout are exact (the spreads, capped, come after them)."""
+    return sum(what != "spread" for what, _ in layout)
 
 
 def delta(step, node: ir.Reduce, view, ready):
@@ -94,13 +96,13 @@ def delta(step, node: ir.Reduce, view, ready):
         return step.empty(schema)
     keys = list(view.trace.keys)
     kinds = {f.name: f.dataType for f in batch.schema.fields}
-    for name, kind, column in _parts(red) if red.kind in ("sum", "aggregate") else ():
+    for name, kind, column in red.value_parts() if red.kind in ("sum", "aggregate") else ():
         if kind == "sum" and isinstance(kinds[column], DecimalType) and \
                 schema[name].dataType.scale != kinds[column].scale:
             raise Unsupported(f"{node.label()}: Spark's sum has scale "
                               f"{schema[name].dataType.scale}")
     layout = _layout(red, kinds)
-    exact = sum(what != "spread" for what, _ in layout)
+    exact = _exact(layout)
     own = _own(red, view)
     sources = [view.old] if own else _kept(step, node, view, keys, kinds)
     try:
@@ -132,7 +134,7 @@ def delta(step, node: ir.Reduce, view, ready):
     # sum, aggregate: keys whose group or a sum's weight is ever zero, or whose spread is too
     # wide, are re-evaluated
     at = {spec: i for i, spec in enumerate(layout)}
-    weights = [at[("weight", c)] for _, k, c in _parts(red) if k == "sum"] + \
+    weights = [at[("weight", c)] for _, k, c in red.value_parts() if k == "sum"] + \
         ([0] if red.kind == "aggregate" else [])
     unsure = xp.zeros(now.t.shape, dtype=xp.bool)
     for i in weights:
@@ -141,7 +143,7 @@ def delta(step, node: ir.Reduce, view, ready):
         unsure = xp.logical_or(unsure, now.now[i] >= BOUND)
     unsure = now.keys_of(unsure)
     sure = xp.logical_not(xp.take(unsure, now.key))
-    read = [at[("value" if k == "sum" else "weight", c)] for _, k, c in _parts(red)]
+    read = [at[("value" if k == "sum" else "weight", c)] for _, k, c in red.value_parts()]
     out = _emitted(xp, schema, now.keys, now.t, [now.now[i] for i in read],
                    [now.prev[i] for i in read], sure, sure)
     if not bool(xp.any(unsure)):
@@ -201,7 +203,7 @@ def _kept(step, node: ir.Reduce, view, keys: list[str], kinds: dict) -> list[Mir
     whole = view.old.below(step.lower).all()
     columns = dict(zip(view.old.columns, whole.cols))
     layout = _layout(red, kinds)
-    exact = sum(what != "spread" for what, _ in layout)
+    exact = _exact(layout)
     try:
         terms = _terms(xp, layout, columns, whole.d, kinds)
         t = xp.full_like(whole.t, step.lower - 1)

@@ -40,8 +40,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from executor.arrange import driver as arrange
-from executor.arrange.changes import Changes, Unsupported, updates_schema
-from executor.arrange.encoding import NoCode, fits
+from executor.arrange.changes import Changes, Coded, Unsupported, updates_schema
+from executor.arrange.encoding import fits
 from executor.arrange.spine import as_table, local_rows
 from executor.durability.state import arrow_digest
 from executor.inputs.updates import normalise, parquet_table, read_source
@@ -126,15 +126,10 @@ class DriverStep:
     def encoded(self, table: pa.Table, schema: StructType) -> Changes:
         """Updates as Arrow (records, time, diff; columns by position) as Changes with
         Spark `schema`."""
-        try:
-            codes = [self.encoder.encode(table.column(i), f.dataType)
-                     for i, f in enumerate(schema.fields[:-2])]
-        except NoCode as e:
-            raise Unsupported(str(e)) from None
         xp = self.xp
         n = table.num_columns
         t, d = (xp.asarray(table.column(i).to_numpy().astype(np.int64)) for i in (n - 2, n - 1))
-        return Changes(schema, [xp.asarray(c) for c in codes], t, d)
+        return Changes(schema, Coded(table, schema, self.encoder, xp), t, d, arrow=table)
 
     def due(self, key, changes: Changes) -> Changes:
         """`changes` with the updates held under `key`: those before upto, returned, and the

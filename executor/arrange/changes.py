@@ -3,18 +3,45 @@ writes (executor/driver.py walks the plan, calling executor/operators/<family>/d
 and the signal that a step must run on Spark instead."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Optional
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
+from executor.arrange.encoding import NoCode
 from executor.time import DIFF, ITERATION, TIME
 from gpu_kernels import to_numpy
 
 
 class Unsupported(Exception):
     """This step cannot run on the driver: the runner runs it on Spark."""
+
+
+class Coded(Sequence):
+    """Record columns of an Arrow table as int64 codes, each encoded when an operator first
+    reads it: a column no operator reads (a comment a view never selects) is never encoded,
+    and its values never enter the STRING dictionary."""
+
+    def __init__(self, table: pa.Table, schema: StructType, encoder, xp):
+        self._table, self._fields, self._encoder, self._xp = table, schema.fields, encoder, xp
+        self._codes: list = [None] * (len(schema.fields) - 2)
+
+    def __len__(self) -> int:
+        return len(self._codes)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(len(self))[i]]
+        if self._codes[i] is None:
+            try:
+                codes = self._encoder.encode(self._table.column(i), self._fields[i].dataType)
+            except NoCode as e:
+                raise Unsupported(str(e)) from None
+            self._codes[i] = self._xp.asarray(codes)
+        return self._codes[i]
 
 
 @dataclass
@@ -30,10 +57,14 @@ class Changes:
     t: object
     d: object
     inner: list = field(default_factory=list)
+    # The same updates as Arrow (records, times, diff; Coded's table): read instead of
+    # decoding the codes, so a chain over an input sees the values exactly as given.
+    arrow: Optional[pa.Table] = None
 
     @classmethod
-    def of(cls, schema: StructType, cols: list, times: list, d) -> "Changes":
-        return cls(schema, list(cols), times[0], d, list(times[1:]))
+    def of(cls, schema: StructType, cols, times: list, d) -> "Changes":
+        return cls(schema, cols if isinstance(cols, Coded) else list(cols), times[0], d,
+                   list(times[1:]))
 
     @property
     def times(self) -> list:
@@ -49,6 +80,10 @@ class Changes:
     def table(self, xp, encoder) -> pa.Table:
         """The updates as Arrow, their values decoded."""
         arrow = to_arrow_schema(self.schema)
+        if self.arrow is not None:
+            return pa.Table.from_arrays(
+                [c if c.type == f.type else c.cast(f.type)
+                 for c, f in zip(self.arrow.columns, arrow)], schema=arrow)
         records = [encoder.decode(to_numpy(xp, c), f.dataType)
                    for c, f in zip(self.cols, self.schema.fields)]
         times = [pa.array(to_numpy(xp, a)) for a in (*self.times, self.d)]

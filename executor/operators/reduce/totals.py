@@ -10,7 +10,8 @@ without reading the keys' groups.
 
 Where totals live: an arrangement that holds only the reduction's key columns (one that only counts
 read, counted.py; distinct's whole records) is its own totals, its diffs summed per key. Otherwise
-the trace keeps them beside its mirror (Trace.totals), one mirror keyed like the trace per total:
+the trace keeps them beside its mirror (Trace.totals), one mirror keyed like the trace plus the
+total's index in the layout (`_stacked`), so one lookup reads every total of the touched keys:
 several reductions over one arrangement each keep their own, appended every step, rebuilt from the
 mirror after a step on Spark.
 
@@ -31,13 +32,14 @@ from pyspark.sql.types import DecimalType
 
 from executor.arrange.changes import Changes, Unsupported
 from executor.arrange.encoding import INTEGRAL, NULL_CODE
-from executor.arrange.mirror import Mirror, run_of
+from executor.arrange.mirror import Mirror, Run, run_of
 from executor.operators.reduce import driver as reduce_driver
 from gpu_kernels import (DiffOverflow, group_starts, multiply_diffs, running_segments, sort_by,
                          sum_segments)
 from plans import ir
 
 BOUND = 2 ** 62  # totals stay below it; a sum's spread is capped at it
+TERM = "__term"  # the column of a kept total's index in the layout
 
 
 def applies(node: ir.Reduce, view) -> bool:
@@ -104,12 +106,14 @@ def delta(step, node: ir.Reduce, view, ready):
     layout = _layout(red, kinds)
     exact = _exact(layout)
     own = _own(red, view)
-    sources = [view.old] if own else _kept(step, node, view, keys, kinds)
+    touched = [batch.col(k) for k in keys]
+    kept = None if own else _kept(step, node, view, keys, kinds)
+    held = [view.old.below(step.lower).rows(touched)] if own else \
+        _unstacked(xp, kept.below(step.lower).rows(touched), len(layout))
     try:
-        now = _Running(xp, [batch.col(k) for k in keys], batch.t,
+        now = _Running(xp, touched, batch.t,
                        _terms(xp, layout, dict(zip(batch.names, batch.cols)), batch.d, kinds),
-                       [m.below(step.lower).rows([batch.col(k) for k in keys])
-                        for m in sources], step.lower)
+                       held, step.lower)
     except DiffOverflow:
         raise Unsupported(f"{node.label()}: a total beyond int64 (Spark reports it)") from None
     _bounded(xp, node, now.now[:exact])
@@ -120,9 +124,8 @@ def delta(step, node: ir.Reduce, view, ready):
             view.old.appended(run_of(xp, now.keys, now.t, now.step[0]), since), step.upto,
             since, step.delta(added))
     elif not own:
-        step.commits[node.input].totals[red] = [
-            m.appended(run_of(xp, now.keys, now.t, d), since)
-            for m, d in zip(sources, now.changes(exact))]
+        step.commits[node.input].totals[red] = kept.appended(
+            _stacked(xp, now.keys, now.t, now.changes(exact)), since)
     if red.kind == "distinct":
         diff = xp.astype(now.now[0] > 0, xp.int64) - xp.astype(now.prev[0] > 0, xp.int64)
         keep = xp.nonzero(diff != 0)[0]
@@ -193,7 +196,25 @@ def _terms(xp, layout: list, cols: dict, d, kinds: dict) -> list:
     return terms
 
 
-def _kept(step, node: ir.Reduce, view, keys: list[str], kinds: dict) -> list[Mirror]:
+def _stacked(xp, keys: list, t, totals: list) -> Run:
+    """Every total's rows as one run keyed by (keys, the total's index in the layout)."""
+    n = t.shape[0]
+    term = xp.concat([xp.full(n, j, dtype=xp.int64) for j in range(len(totals))])
+    return run_of(xp, [xp.concat([k] * len(totals)) for k in keys] + [term],
+                  xp.concat([t] * len(totals)), xp.concat(totals))
+
+
+def _unstacked(xp, run: Run, width: int) -> list[Run]:
+    """A stacked run's rows per total (the index column dropped)."""
+    parts = []
+    for j in range(width):
+        rows = xp.nonzero(run.cols[-1] == j)[0]
+        parts.append(Run(tuple(xp.take(c, rows) for c in run.cols[:-1]), xp.take(run.t, rows),
+                         xp.take(run.d, rows)))
+    return parts
+
+
+def _kept(step, node: ir.Reduce, view, keys: list[str], kinds: dict) -> Mirror:
     """The reduction's totals of the trace before the step: kept on the trace, or rebuilt
     from its mirror (one pass; kept in place, being the same collection's)."""
 
@@ -214,9 +235,8 @@ def _kept(step, node: ir.Reduce, view, keys: list[str], kinds: dict) -> list[Mir
     _bounded(xp, node, totals[:exact])
     totals = totals[:exact] + [xp.minimum(s, xp.asarray(BOUND)) for s in totals[exact:]]
     since = trace.next_since(step.lower - 1)
-    kept = trace.totals[red] = [
-        Mirror(xp, keys, len(keys)).appended(run_of(xp, summed.keys, summed.t, total), since)
-        for total in totals]
+    kept = trace.totals[red] = Mirror(xp, [*keys, TERM], len(keys)).appended(
+        _stacked(xp, summed.keys, summed.t, totals), since)
     return kept
 
 

@@ -466,3 +466,36 @@ def scope_of(node: Iterate) -> tuple[list[Node], tuple[Node, ...]]:
         return [], (node.body,)
     outer = {c: None for n in inside for c in n.children() if not inner[c]}
     return inside, tuple(outer)
+
+
+def _hashed_once(cls: type) -> None:
+    """Plans are looked up by node in every step (memos, schemas, traces), and a frozen
+    dataclass hashes its whole sub-plan each time: each node keeps its hash after the first.
+    The cache is dropped when a node is pickled (hashes of strings differ per process)."""
+    fields_hash = cls.__dict__.get("__hash__")
+    if fields_hash is None:
+        return
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = fields_hash(self)
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    cls.__hash__ = __hash__
+
+
+def _node_getstate(self) -> dict:
+    return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+
+Node.__getstate__ = _node_getstate
+
+
+def _every_subclass(cls: type) -> list[type]:
+    return [cls] + [s for sub in cls.__subclasses__() for s in _every_subclass(sub)]
+
+
+for _cls in _every_subclass(Node):
+    _hashed_once(_cls)

@@ -453,3 +453,17 @@ def test_cost_counts_shared_sub_plans_once():
 def test_results_are_cached_per_plan():
     flow = fused_flow()
     assert optimize(flow.outputs) is optimize(dict(flow.outputs))
+
+
+def test_a_node_keeps_its_hash_but_a_pickle_does_not_carry_it():
+    """Nodes cache their hash (plans/ir.py `_hashed_once`); a pickled node is hashed anew
+    where it is loaded, since a string's hash differs from one process to the next."""
+    import pickle
+
+    flow = Dataflow()
+    node = flow.input("e", "a BIGINT, b BIGINT").map("a AS b", "b AS a").distinct().node
+    h = hash(node)
+    assert node.__dict__["_hash"] == h and hash(node) == h
+    copy = pickle.loads(pickle.dumps(node))
+    assert "_hash" not in copy.__dict__ and copy == node and hash(copy) == h
+    assert isinstance(copy, ir.Node)

@@ -7,7 +7,7 @@ from collections import Counter
 
 from hypothesis import strategies as st
 
-from conftest import collect_many, updates_df
+from conftest import updates_df
 
 HORIZON = 6
 SPARK_ONLY = {"diffspark.host.step_rows": "0"}
@@ -49,13 +49,19 @@ def batch_frames(spark, inputs: dict, at: int) -> dict:
     return out
 
 
+def output_rows(runner, name):
+    from executor.reference import plain
+    return [(tuple(plain(v) for v in r[:-2]), r[-2], r[-1])
+            for r in runner.output(name).collect()]
+
+
 def check_steps(spark, conf, flow, inputs: dict, cut_list, batch, optimize=True):
     """Feed `inputs` ({name: (ddl, updates)}) in steps ending at `cut_list`; after each step
     every output's collection at the last final time equals the reference interpreter's and
     (unless `batch` is None) `batch(frames)[name]`'s, a Spark DataFrame over the accumulated
     inputs."""
     from executor import Runner
-    from executor.reference import reference
+    from executor.reference import plain, reference
 
     want = reference(spark, flow.outputs, {n: ups for n, (_, ups) in inputs.items()})
     runner = Runner(flow, conf=conf, spark=spark, optimize=optimize)
@@ -64,17 +70,12 @@ def check_steps(spark, conf, flow, inputs: dict, cut_list, batch, optimize=True)
         runner.step({n: updates_df(spark, ddl, [u for u in ups if lo <= u[1] < upto])
                      for n, (ddl, ups) in inputs.items()}, upto=upto)
         lo = upto
-        # every output in one Spark job, and every batch answer in another
-        outs = collect_many({name: runner.output(name) for name in flow.outputs})
-        if batch is not None:
-            spark_answer = batch(batch_frames(spark, inputs, upto - 1))
-            answers = collect_many({name: spark_answer[name] for name in flow.outputs},
-                                   updates=False)
+        spark_answer = batch and batch(batch_frames(spark, inputs, upto - 1))
         for name in flow.outputs:
-            got = collection(outs[name], upto - 1)
+            got = collection(output_rows(runner, name), upto - 1)
             assert got == collection(want[name], upto - 1), (name, upto, "reference")
             if batch is None:
                 continue
-            rows = [(r, 0, 1) for r in answers[name]]
+            rows = [(tuple(plain(v) for v in r), 0, 1) for r in spark_answer[name].collect()]
             assert got == collection(rows, 0), (name, upto, "Spark batch")
     return runner

@@ -141,45 +141,6 @@ def outputs_rows(runner, names):
     return {name: consolidate(ups) for name, ups in out.items()}
 
 
-def collect_many(frames: dict, updates: bool = True) -> dict:
-    """{name: DataFrame} collected in ONE Spark job (a job per output is most of a wide
-    test's time): each frame's rows as executor.reference.rows_of gives them, sorted and
-    consolidated (record, time, diff) triples; with `updates=False` (frames without time and
-    diff, a batch query's answer) as a list of record tuples. Each frame's record travels
-    as a struct column of its own, so values keep their Python types (DECIMAL, DATE,
-    TIMESTAMP to the microsecond), unlike outputs_rows' JSON."""
-    from functools import reduce
-
-    from pyspark.sql import functions as F
-
-    from executor.reference import plain
-    from plans.semantics import consolidate
-
-    names = list(frames)
-    if not names:
-        return {}
-    # positional names: a batch answer may repeat a column name
-    dfs = [frames[n].toDF(*[f"c{j}" for j in range(len(frames[n].columns))]) for n in names]
-    tail = 2 if updates else 0
-    structs = [F.struct(*df.columns[:len(df.columns) - tail]) for df in dfs]
-    types = [df.select(st).schema[0].dataType for df, st in zip(dfs, structs)]
-    parts = []
-    for i, df in enumerate(dfs):
-        cols = [F.lit(i).alias("o")] + [
-            structs[i].alias(f"r{j}") if j == i else F.lit(None).cast(types[j]).alias(f"r{j}")
-            for j in range(len(dfs))]
-        if updates:
-            cols += [F.col(c).cast("bigint").alias(a) for c, a in zip(df.columns[-2:],
-                                                                       ("time", "diff"))]
-        parts.append(df.select(*cols))
-    out: dict = {name: [] for name in names}
-    for row in reduce(lambda a, b: a.union(b), parts).collect():
-        o = row[0]
-        rec = tuple(plain(v) for v in row[1 + o])
-        out[names[o]].append((rec, row[-2], row[-1]) if updates else rec)
-    return {name: consolidate(rows) if updates else rows for name, rows in out.items()}
-
-
 def _from_json(v):
     """JSON records back to the interpreter's shape: structs as tuples, arrays as lists."""
     if isinstance(v, dict):

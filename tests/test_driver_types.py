@@ -9,7 +9,7 @@ from decimal import Decimal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import collect_many, examples, updates_table
+from conftest import examples, updates_table
 from executor import Runner
 from executor.reference import reference, rows_of
 from plans import Dataflow
@@ -107,12 +107,10 @@ def test_every_type_on_the_driver_matches_reference_and_spark(spark, conf, order
         assert ours.step(feed, upto=upto).host
         theirs.step(feed, upto=upto)
         lo = upto
-        # each runner's outputs in one Spark job (a job per output was most of the time)
-        got, spark_got = (collect_many({n: r.output(n) for n in flow.outputs})
-                          for r in (ours, theirs))
         for name in flow.outputs:
-            assert got[name] == [u for u in expected[name] if u[1] < upto], (name, upto)
-            assert got[name] == spark_got[name], (name, upto)
+            got = rows_of(ours.output(name))
+            assert got == [u for u in expected[name] if u[1] < upto], (name, upto)
+            assert got == rows_of(theirs.output(name)), (name, upto)
 
 
 def test_a_sum_beyond_int64_steps_on_spark(spark, conf):

@@ -44,7 +44,8 @@ from executor.arrange.changes import Changes, Coded, Unsupported, updates_schema
 from executor.arrange.encoding import fits
 from executor.arrange.spine import as_table, local_rows
 from executor.durability.state import arrow_digest
-from executor.inputs.updates import normalise, parquet_table, read_source
+from executor.inputs.local import local_table
+from executor.inputs.updates import CsvSource, normalise, read_source
 from executor.lateness import holds_back
 from executor.operators.iterate import driver as iterate
 from executor.operators.join import driver as join
@@ -274,31 +275,16 @@ def step(runner, updates: dict, upto: Optional[int]) -> Optional[Done]:
     sources = {}
     for name, source in updates.items():
         schema = runner.input_schemas[name]
-        if isinstance(source, (str, os.PathLike)):  # Parquet pyarrow reads as Spark would
-            table = parquet_table(name, source)
-            if table is not None and table.num_rows > limit:
-                return None
-            if table is not None and (ready := _ready(table, schema, runner.frontier,
-                                                      upto)) is not None:
-                sources[name] = ready
-                continue
-        if isinstance(source, pa.Table):
-            if source.num_rows > limit:
-                return None
-            ready = _ready(source, schema, runner.frontier, upto)
-            if ready is not None:
-                sources[name] = ready
-                continue
-        rows = _local(read_source(runner.spark, name, source, schema), limit)
+        if isinstance(source, (str, os.PathLike, CsvSource)):  # files pyarrow reads as Spark
+            table = local_table(name, source, schema)
+            source = source if table is None else table
+        if isinstance(source, pa.Table) and source.num_rows > limit:
+            return None
+        rows = source if isinstance(source, pa.Table) else \
+            _local(read_source(runner.spark, name, source, schema), limit)
         if rows is None:
             return None
-        if isinstance(rows, pa.Table):  # collected from a computed frame: check it on Arrow
-            ready = _ready(rows, schema, runner.frontier, upto)
-            if ready is not None:
-                sources[name] = ready
-                continue
-            rows = runner.spark.createDataFrame(rows)
-        sources[name] = normalise(name, rows, schema, runner.frontier, upto, local=True)
+        sources[name] = checked(runner.spark, name, rows, schema, runner.frontier, upto)
     held = _held(runner)
     if held is None:
         return None
@@ -345,6 +331,20 @@ def _holding(runner) -> list:
         elif isinstance(node, ir.Query) and holds_back(node, runner._late):
             keys += [(node, r) for r in node.relations]
     return keys
+
+
+def checked(spark, name: str, rows, schema: StructType, frontier: int,
+            upto: Optional[int]):
+    """An input's rows (Arrow or a local frame) as (records, time, diff) after every rule of
+    updates.normalise: on Arrow where they already have the input's types, else through
+    Spark's rules over the local rows (Catalyst on the driver, no job), which word any
+    refusal."""
+    if isinstance(rows, pa.Table):
+        ready = _ready(rows, schema, frontier, INFINITY if upto is None else upto)
+        if ready is not None:
+            return ready
+        rows = spark.createDataFrame(rows)
+    return normalise(name, rows, schema, frontier, upto, local=True)
 
 
 def _ready(table: pa.Table, schema: StructType, frontier: int, upto: int) -> Optional[pa.Table]:

@@ -445,6 +445,16 @@ class Runner:
         log = self._logs[name].union()
         return log if log is not None else self.spark.createDataFrame([], self.schemas[name])
 
+    def output_arrow(self, name: str, collect: bool = True) -> Optional[pa.Table]:
+        """`output(name)` as Arrow: without Spark where every step so far ran on the driver;
+        otherwise collected from Spark, or None when `collect` is False."""
+        self._check_output(name)
+        log = self._logs[name]
+        if not log.batches:
+            return pa.Table.from_pylist([], to_arrow_schema(self.schemas[name]))
+        table = log.table()
+        return table if table is not None or not collect else self.output(name).toArrow()
+
     def snapshot(self, name: str, at: int) -> DataFrame:
         """The output collection at time `at` (final only below the frontier): record columns
         and their multiplicity as `count` (`multiplicity` if a record column is `count`)."""

@@ -269,6 +269,40 @@ def test_step_bounds():
     assert step_bounds([], 3, 5) == [(0, 5)]
 
 
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_run_over_small_files_runs_no_spark_job(spark, conf, tmp_path, fmt):
+    """`run`'s work over inputs the driver may hold (executor/apps/steps.py Tables) on a plan
+    whose operators all run on the driver's arrays (a join and a count): reading and
+    checking the files, five steps, the close and writing the outputs run no Spark job.
+    The files written are the reference interpreter's changes, as the Spark path writes
+    them (every input read by Spark's reader, every step on Spark: step_rows 0)."""
+    from executor import Runner
+    from executor.apps.cli import load_plan, run_plan
+    from executor.reference import reference
+    from plans.semantics import consolidate
+    from tests.test_crash import PLAN as JOIN_COUNT, make_data as orders_and_prices
+
+    inputs = orders_and_prices(tmp_path)  # as CSV
+    paths = {name: str(tmp_path / f"{name}.csv") for name in inputs}
+    if fmt == "parquet":
+        import pyarrow.csv as pcsv
+        for name in inputs:
+            pq.write_table(pcsv.read_csv(paths[name]), tmp_path / f"{name}.parquet")
+            paths[name] = str(tmp_path / f"{name}.parquet")
+    flow, tracker = load_plan(str(JOIN_COUNT)), spark.sparkContext.statusTracker()
+    want = reference(spark, flow.outputs, inputs)
+    for out, extra in (("driver", {}), ("spark", {"diffspark.host.step_rows": "0"})):
+        runner = Runner(flow, conf=conf | extra, spark=spark)
+        before = set(tracker.getJobIdsForGroup(None))
+        run_plan(runner, paths, str(tmp_path / out), steps=5)
+        assert (set(tracker.getJobIdsForGroup(None)) == before) == (out == "driver"), out
+        for name in flow.outputs:
+            got = consolidate([(tuple(r[c] for c in r if c not in ("time", "diff")),
+                                r["time"], r["diff"])
+                               for r in pq.read_table(tmp_path / out / name).to_pylist()])
+            assert got == want[name], (name, out)
+
+
 # ---------------------------------------------------------------------------- the demo
 def test_demo_small_matches_a_direct_count(spark, conf):
     """The demo's pipeline on 3,000 events in 3 steps (in this process, on the shared

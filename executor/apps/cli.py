@@ -70,7 +70,7 @@ from typing import Optional
 from executor.apps.launch import (CliError, conf_from_args, describe, spark_errors, spark_log,
                                   starting_spark, stop)
 from executor.apps.progress import progress
-from executor.apps.steps import distinct_times, step_bounds
+from executor.apps.steps import Frames, Tables, step_bounds, write_output
 from executor.runtime.config import ConfigError, kernel_backend
 from executor.runtime.errors import InputError, StateError, StepError
 from plans import Dataflow, PlanError, ir
@@ -500,46 +500,27 @@ def run_plan(runner, paths: dict, output: str, steps: int = 1,
              upto: Optional[int] = None, close: bool = True) -> None:
     """Read the inputs (paths or csv(...) sources) once, feed them in `steps` steps over
     their distinct times (up to `upto` when given), close when `close`, write every output
-    to `output`/NAME/."""
-    from pyspark import StorageLevel
-    from pyspark.sql import DataFrame, functions as F
-
+    to `output`/NAME/. Inputs the driver may hold (executor/inputs/local.py reads them as
+    Spark would, none over diffspark.host.step_rows) are read and checked on Arrow, with no
+    Spark job; others as Spark frames."""
     from executor.durability.state import crash_point
-    from executor.inputs.updates import normalise, read_source
-    from executor.time import TIME
 
-    frames: dict[str, DataFrame] = {}
-    for name, path in paths.items():
-        schema = runner.input_schemas[name]
-        with spark_errors(lambda e: InputError(name, "-", "cannot be read", e)):
-            # from time 0: a resumed runner (frontier > 0) repeats its committed steps
-            df = normalise(name, read_source(runner.spark, name, path, schema), schema, 0, None)
-            if upto is not None:
-                df = df.where(F.col(TIME) < upto)
-            frames[name] = df.persist(StorageLevel.MEMORY_AND_DISK) if steps > 1 else df
-
-    with spark_errors(lambda e: CliError(f"reading the input times: {e}")):
-        times = distinct_times(list(frames.values()), steps)
-    bounds = step_bounds(times, steps, upto)
+    inputs = Tables.read(runner, paths, upto) or Frames.read(runner, paths, upto, steps)
+    bounds = step_bounds(inputs.times(steps), steps, upto)
     for i, (lower, hi) in progress(enumerate(bounds, start=1), "steps", len(bounds)):
-        updates = {name: df.where((F.col(TIME) >= lower) & (F.col(TIME) < hi))
-                   for name, df in frames.items()}
-        result = runner.step(updates, upto=hi)
+        result = runner.step(inputs.between(lower, hi), upto=hi)
         print(f"step {i}/{len(bounds)} upto={hi} seconds={result.seconds:.2f}"
               f"{' skipped (committed)' if result.skipped else ''}", flush=True)
     if close:
         result = runner.close()
         print(f"close upto=inf seconds={result.seconds:.2f}"
               f"{' skipped (committed)' if result.skipped else ''}", flush=True)
-    for df in frames.values():
-        df.unpersist()
+    inputs.release()
 
     for name in runner.plan:
         target = output.rstrip("/") + "/" + name
-        out = runner.output(name)
         with spark_errors(lambda e: CliError(f"output {name}: cannot write {target}: {e}")):
-            out.write.mode("overwrite").parquet(target)
-            count = runner.spark.read.parquet(target).count()
+            count = write_output(runner, name, target)
         print(f"wrote {target} ({count} changes)", flush=True)
         crash_point("output:after-write", list(runner.plan).index(name) + 1)
 

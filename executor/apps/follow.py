@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 from executor.apps.metrics import step_record
 from executor.durability.state import fsync_file
 from executor.inputs.arrivals import completed, step_tables
+from executor.inputs.local import local_table, parsed
 from executor.runtime.config import OUTPUT_HISTORY_KEY
 from executor.runtime.errors import InputError
 from executor.time import TIME
@@ -119,12 +120,13 @@ class Follower:
             from executor.inputs import cdc
             table = cdc.updates(name, cdc.read(name, path), self.runner.input_schemas[name],
                                 list(self.runner.flow.inputs[name].key))
-        elif file.endswith(".parquet"):
-            table = pq.read_table(path)
-        elif file.endswith((".csv", ".csv.gz")):
+        elif file.endswith((".parquet", ".csv", ".csv.gz")):
             from executor.inputs.updates import read_source
-            table = read_source(self.runner.spark, name, path,
-                                self.runner.input_schemas[name]).toArrow()
+            schema = self.runner.input_schemas[name]
+            # pyarrow where it reads as Spark does; text parsed once the step's files are one
+            table = local_table(name, path, schema, parse=False)
+            if table is None:
+                table = read_source(self.runner.spark, name, path, schema).toArrow()
         else:
             raise InputError(name, "-", "input files must be Parquet (.parquet) or CSV (.csv)",
                              path)
@@ -144,6 +146,7 @@ class Follower:
             except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
                 raise InputError(name, "-", "the step's files have different columns",
                                  f"{', '.join(names)}: {e}") from None
+            tables[name] = parsed(tables[name], self.runner.input_schemas[name])
         rounds = dict(self.runner.rounds)
         result = step_tables(self.runner, tables, {"files": files})
         for name in self.runner.plan:

@@ -93,41 +93,6 @@ def read_source(spark: SparkSession, name: str, source, schema: StructType) -> D
                          _first_line(e) + hint) from None
 
 
-# Parquet key-value metadata that makes Spark's reader rebase dates and timestamps written by
-# Spark 2's hybrid calendar: such a file is read by Spark, never by pyarrow.
-_REBASED = (b"org.apache.spark.legacyDateTime", b"org.apache.spark.legacyINT96")
-
-
-def parquet_table(name: str, path) -> "Optional[pa.Table]":
-    """A Parquet file, or a flat folder of them, read by pyarrow without Spark (the driver
-    placement's input: a step from a file costs no job), or None where Spark must read it
-    (not Parquet, partition subfolders, files Spark would rebase, unreadable ones: Spark's
-    reader then words the refusal). The caller keeps the table only where every column
-    already has the Arrow type Spark reads for the input's schema (driver._ready), so the
-    values are the ones Spark would read."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    path = os.fspath(path)
-    try:
-        if not os.path.exists(path) or _format(name, path) != "parquet":
-            return None
-        files = [path] if not os.path.isdir(path) else [
-            os.path.join(path, f) for f in sorted(os.listdir(path))
-            if not f.startswith((".", "_"))]
-        if not all(os.path.isfile(f) and f.endswith(".parquet") for f in files):
-            return None
-        tables = []
-        for f in files:
-            meta = pq.read_metadata(f).metadata or {}
-            if any(key in meta for key in _REBASED):
-                return None
-            tables.append(pq.read_table(f))
-        return pa.concat_tables(tables)
-    except (InputError, OSError, pa.ArrowException):
-        return None
-
-
 def _read_csv(spark: SparkSession, name: str, src: CsvSource, schema: StructType) -> DataFrame:
     """Every field as text (the checks parse it); a header that is one field holding another
     dialect's delimiter is refused with the delimiter to use."""
@@ -141,22 +106,28 @@ def _read_csv(spark: SparkSession, name: str, src: CsvSource, schema: StructType
     except Exception as e:  # Spark's reader errors are long; keep the first line
         raise InputError(name, "-", "not a readable csv file", _first_line(e)) from None
     if src.header:
-        declared = {f.name.lower() for f in schema.fields}
-        other = [d for d in DELIMITERS if d != src.delimiter and len(columns) == 1
-                 and d in columns[0]]
-        if other and columns[0].lower() not in declared:
-            d = other[0]
-            raise InputError(name, "-", f"the header is one field holding {DELIMITERS[d]}s "
-                                        f"({columns[0][:80]!r})",
-                             f"a {DELIMITERS[d]}-separated file? set the delimiter: "
-                             f"csv(path, delimiter={d!r}) or --csv-option "
-                             f"{name}.delimiter={d!r}")
+        check_header(name, columns, src, schema)
         return df
     names = [f.name for f in schema.fields] + [TIME, DIFF]
     if len(columns) > len(names):
         raise InputError(name, "-", "more fields than the schema's columns + time + diff",
                          f"{len(columns)} fields, expected at most {len(names)}")
     return df.toDF(*names[:len(columns)])
+
+
+def check_header(name: str, columns: list[str], src: CsvSource, schema: StructType) -> None:
+    """Refuse a header that is one field holding another dialect's delimiter, naming the
+    delimiter to use (both readers: here and executor/inputs/local.py)."""
+    declared = {f.name.lower() for f in schema.fields}
+    other = [d for d in DELIMITERS if d != src.delimiter and len(columns) == 1
+             and d in columns[0]]
+    if other and columns[0].lower() not in declared:
+        d = other[0]
+        raise InputError(name, "-", f"the header is one field holding {DELIMITERS[d]}s "
+                                    f"({columns[0][:80]!r})",
+                         f"a {DELIMITERS[d]}-separated file? set the delimiter: "
+                         f"csv(path, delimiter={d!r}) or --csv-option "
+                         f"{name}.delimiter={d!r}")
 
 
 def probe_file(name: str, path: str) -> str:

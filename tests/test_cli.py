@@ -22,9 +22,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import CLI_SPARK
+
 REPO = Path(__file__).resolve().parent.parent
 PLAN = REPO / "plans" / "examples" / "linear_events.py"
-SPARK = ["--conf", "spark.master=local[2]", "--conf", "diffspark.partitions=2"]
+SPARK = CLI_SPARK
 COLUMNS = ["user", "item", "lo", "hi", "tags"]
 STEP_LINE = re.compile(r"step (\d+)/(\d+) upto=(\d+) seconds=\d+\.\d+")
 
@@ -280,7 +282,7 @@ def test_run_over_small_files_runs_no_spark_job(spark, conf, tmp_path, fmt):
     from executor.apps.cli import load_plan, run_plan
     from executor.reference import reference
     from plans.semantics import consolidate
-    from tests.test_crash import PLAN as JOIN_COUNT, make_data as orders_and_prices
+    from test_crash import PLAN as JOIN_COUNT, make_data as orders_and_prices
 
     inputs = orders_and_prices(tmp_path)  # as CSV
     paths = {name: str(tmp_path / f"{name}.csv") for name in inputs}

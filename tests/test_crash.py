@@ -28,13 +28,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import CLI_SPARK
 from executor.apps.cli import load_plan
 from executor.reference import reference
 from plans.semantics import consolidate
 
 REPO = Path(__file__).resolve().parent.parent
 PLAN = REPO / "plans" / "examples" / "join_count.py"
-SPARK = ["--conf", "spark.master=local[2]", "--conf", "diffspark.partitions=2"]
+SPARK = CLI_SPARK
 TIMES = 20
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import updates_table
+from conftest import CLI_SPARK, updates_table
 from executor import Runner
 from executor.apps.cli import load_plan
 from executor.apps.follow import Follower
@@ -114,7 +114,7 @@ def start(tmp: Path, idle: float):
             "--input", f"orders={tmp / 'orders'}", "--input", f"prices={tmp / 'prices'}",
             "--output", str(tmp / "out"), "--state", str(tmp / "state"), "--poll", "0.1",
             "--until-idle", str(idle), "--spark-log", str(tmp / "spark.log"),
-            "--conf", "spark.master=local[2]", "--conf", "diffspark.partitions=2"]
+            *CLI_SPARK]
     return subprocess.Popen(argv, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from py4j.protocol import Py4JJavaError
 from pyspark.sql.types import StructType
 
+from conftest import examples
 from executor.arrange.spine import local_rows
 from executor.inputs.local import csv_table, local_table, parsed
 from executor.inputs.updates import CsvSource, _read_csv, csv as csv_source, normalise
 from executor.runtime.errors import InputError
-from tests.conftest import examples
 
 TEXT = st.text(alphabet=list('ab é,;|\t"\'\\NUL0\n\r'), max_size=6)
 

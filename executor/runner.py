@@ -467,9 +467,7 @@ class Runner:
                             f"{OUTPUT_HISTORY_KEY}=current; set it to all to keep every time)")
         recs = [f.name for f in self.schemas[name].fields if f.name not in (*TIME_COLS, DIFF)]
         label = "multiplicity" if "count" in (r.lower() for r in recs) else "count"
-        log = self._logs[name].table()  # the driver's steps: summed on Arrow, no Spark job
-        if not self._logs[name].batches:
-            log = pa.Table.from_pylist([], to_arrow_schema(self.schemas[name]))
+        log = self.output_arrow(name, collect=False)  # driver steps: summed on Arrow, no job
         if log is not None and (table := summed(log.filter(pc.less_equal(log[TIME], at)),
                                                 recs, [(DIFF, "sum")], [label])) is not None:
             return as_frame(table)

@@ -71,8 +71,8 @@ class Tables:
 class Frames:
     """Every input as a checked Spark frame, persisted while several steps read it."""
 
-    def __init__(self, frames: dict, persisted: bool):
-        self.frames, self.persisted = frames, persisted
+    def __init__(self, frames: dict):
+        self.frames = frames
 
     @classmethod
     def read(cls, runner, sources: dict, upto: Optional[int], steps: int = 2) -> "Frames":
@@ -90,7 +90,7 @@ class Frames:
                 if upto is not None:
                     df = df.where(F.col(TIME) < upto)
                 frames[name] = df.persist(StorageLevel.MEMORY_AND_DISK) if steps > 1 else df
-        return cls(frames, steps > 1)
+        return cls(frames)
 
     def times(self, steps: int) -> list[int]:
         """The distinct input times in order (only the last one matters for one step)."""

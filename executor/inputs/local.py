@@ -85,10 +85,10 @@ def parquet_table(name: str, path) -> Optional[pa.Table]:
 def csv_table(name: str, src: CsvSource, schema: StructType,
               parse: bool = True) -> Optional[pa.Table]:
     """A CSV file or flat folder as Arrow: text, with each column whose values are all
-    canonical parsed to its declared type when `parse`. None for dialects pyarrow reads differently from
-    Spark (a quote other than '"', an escape other than the quote) and for files it cannot
-    read as Spark does (ragged rows; a line break inside a quoted value, which Spark's
-    line-by-line reader breaks)."""
+    canonical parsed to its declared type when `parse`. None for dialects pyarrow reads
+    differently from Spark (a quote other than '"', an escape other than the quote) and for
+    files it cannot read as Spark does (ragged rows; a line break inside a quoted value,
+    which Spark's line-by-line reader breaks)."""
     files = _files(src.path, (".csv", ".csv.gz"))
     if files is None or src.quote != '"' or src.escape != '"':
         return None

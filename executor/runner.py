@@ -113,7 +113,7 @@ class Runner:
         self.flow = flow
         self.plan = optimize_plan(flow.outputs).plan if optimize else dict(flow.outputs)
         self.constants = ir.constants(flow.outputs.values())  # inputs the runner feeds
-        self.input_schemas = {n: StructType.fromDDL(i.schema)
+        self.input_schemas = {n: input_tables.updates_schema(i, StructType.fromDDL(i.schema))
                               for n, i in {**flow.inputs, **self.constants}.items()}
         # over an RDD of no partitions: reading it runs no task (a local empty list would
         # start Python workers in every step that leaves the input alone)

@@ -892,6 +892,55 @@ def _checked_statement(s):
     return s
 
 
+def _table(name: str, schema: exp.Schema) -> tuple[str, Optional[list[str]]]:
+    """A CREATE TABLE's input: its DDL and its PRIMARY KEY (a keyed input, upsert semantics;
+    its columns are NOT NULL, as SQL has it). NOT NULL and COMMENT are kept as declared;
+    constraints diffspark would not enforce (UNIQUE, CHECK, FOREIGN KEY, DEFAULT, ...) are
+    refused rather than silently ignored."""
+    columns, not_null, key = [], set(), None
+
+    def primary(names: list[str], where: str) -> None:
+        nonlocal key
+        if key is not None:
+            raise PlanError(f"sql: CREATE TABLE {name}: {where} is a second PRIMARY KEY "
+                            f"(rule: a table has one primary key)")
+        key = names
+
+    for item in schema.expressions:
+        if isinstance(item, exp.Constraint) and len(item.expressions) == 1:
+            item = item.expressions[0]  # CONSTRAINT name PRIMARY KEY (...)
+        if isinstance(item, exp.PrimaryKey):
+            primary([e.name for e in item.expressions], _text(item))
+            continue
+        if not isinstance(item, exp.ColumnDef) or item.args.get("kind") is None:
+            raise refuse(f"CREATE TABLE {name}: {_text(item)[:60]}", "a table declares "
+                         "columns (name type [NOT NULL] [PRIMARY KEY]) and one PRIMARY KEY")
+        columns.append((item.name, item.args["kind"].sql("spark")))
+        for c in item.args.get("constraints") or []:
+            kind = c.args.get("kind")
+            if isinstance(kind, exp.NotNullColumnConstraint):
+                if not kind.args.get("allow_null"):
+                    not_null.add(item.name)
+            elif isinstance(kind, exp.PrimaryKeyColumnConstraint):
+                primary([item.name], f"{item.name} PRIMARY KEY")
+            elif not isinstance(kind, exp.CommentColumnConstraint):
+                raise refuse(f"CREATE TABLE {name}: constraint {_text(c)[:40]} on column "
+                             f"{item.name}", "a column accepts NOT NULL, PRIMARY KEY and "
+                             "COMMENT (diffspark enforces what it accepts)")
+    declared = {c.lower(): c for c, _ in columns}
+    if key is not None:
+        missing = [k for k in key if k.lower() not in declared]
+        if missing:
+            raise PlanError(f"sql: CREATE TABLE {name}: PRIMARY KEY column {missing[0]!r} is "
+                            f"not a column of the table "
+                            f"(its columns: {', '.join(declared.values())})")
+        key = [declared[k.lower()] for k in key]
+        not_null.update(key)
+    ddl = ", ".join(f"`{c}` {t}" + (" NOT NULL" if c in not_null else "") for c, t in columns)
+    ddl_columns(ddl)
+    return ddl, key
+
+
 def script(flow, text: str) -> None:
     """A .sql plan: CREATE TABLE declares an input, CREATE VIEW an intermediate collection,
     CREATE MATERIALIZED VIEW an output."""
@@ -905,13 +954,11 @@ def script(flow, text: str) -> None:
             if not isinstance(schema, exp.Schema) or s.expression is not None:
                 raise refuse(f"CREATE TABLE {_text(s.this)[:40]} without a column list or "
                              f"with AS", "CREATE TABLE name (col type, ...) declares an input")
-            ddl = ", ".join(f"`{c.name}` {c.args['kind'].sql('spark')}"
-                            for c in schema.expressions)
-            ddl_columns(ddl)
             name = schema.this.name
             if name.lower() in tables:
                 raise PlanError(f"sql: '{name}' is declared twice")
-            tables[name.lower()] = flow.input(name, ddl)
+            ddl, key = _table(name, schema)
+            tables[name.lower()] = flow.input(name, ddl, key=key)
             continue
         name = s.this.name
         if name.lower() in tables:

@@ -196,3 +196,62 @@ def test_inputs_declare_their_semantics():
         f.input("c", C, strict="yes")
     assert "key=['c_id'] strict" in f.input("c", C, key=["c_id"], strict=True).node.label()
     assert f.input("d", C).node.label() == f"Input d ({C})"
+
+
+# ---------------------------------------------------------------------------- SQL tables
+CUSTOMERS_SQL = """CREATE TABLE customers (c_id BIGINT, name STRING NOT NULL COMMENT 'shown',
+                                           region STRING, PRIMARY KEY (C_ID));
+CREATE MATERIALIZED VIEW per_region AS
+  SELECT region, count(*) AS n FROM customers GROUP BY region;
+"""
+
+
+@pytest.mark.parametrize("overrides", [{}, SPARK_ONLY], ids=["driver", "spark"])
+def test_sql_primary_key_declares_a_keyed_input(spark, conf, overrides):
+    """A .sql plan's CREATE TABLE ... PRIMARY KEY is a keyed input (upsert semantics; the
+    key NOT NULL, as SQL has it). NOT NULL outside the key holds for the rows kept, while a
+    delete names only the key. Steps against the upsert model and the reference."""
+    from plans.sql import script
+    flow = Dataflow()
+    script(flow, CUSTOMERS_SQL)
+    node = flow.inputs["customers"]
+    assert node.key == ("c_id",)
+    assert node.schema == "`c_id` BIGINT NOT NULL, `name` STRING NOT NULL, `region` STRING"
+    runner = Runner(flow, conf=conf | overrides, spark=spark)
+    rows, accepted = {}, []
+    steps = [[(1, "ann", "north", 0, 1), (2, "bo", "south", 0, 1), (3, "cy", None, 1, 1)],
+             [(1, "ann", "south", 2, 1), (2, None, None, 2, -1), (3, "cy", "north", 3, 1)],
+             [(2, "bo", None, 4, 1), (1, None, None, 5, -1)]]
+    for lower, ops in zip((0, 2, 4), steps):
+        given = {"customers": updates_table(C, [((k, n, r), t, d) for k, n, r, t, d in ops])}
+        runner.step(given, upto=lower + 2)
+        accepted += upsert_model(rows, ops)
+    refused = {"customers": updates_table(C, [((4, "di", "x"), 6, 1), ((3, None, "x"), 6, 1)])}
+    with pytest.raises(InputError, match=r"input 'customers', column 'name': null in a NOT NULL "
+                                         r"column \(a keyed input's upsert\) \(key c_id=3 at "
+                                         r"time 6\)"):
+        runner.step(refused, upto=7)
+    nokey = {"customers": updates_table(C, [((None, "ed", "x"), 6, 1)])}
+    with pytest.raises(InputError, match=r"input 'customers', column 'c_id': null in a NOT NULL"):
+        runner.step(nokey, upto=7)
+    runner.step({}, upto=7)  # the refused steps changed nothing
+    assert outputs_rows(runner, ["per_region"]) == \
+        reference(spark, flow.outputs, {"customers": accepted})
+    assert rows == {2: (2, "bo", None), 3: (3, "cy", "north")}
+
+
+@pytest.mark.parametrize("table, message", [
+    ("(a BIGINT PRIMARY KEY, b BIGINT, PRIMARY KEY (b))", r"PRIMARY KEY \(b\) is a second "
+     r"PRIMARY KEY \(rule: a table has one primary key\)"),
+    ("(a BIGINT, PRIMARY KEY (z))", r"PRIMARY KEY column 'z' is not a column of the table "
+     r"\(its columns: a\)"),
+    ("(a BIGINT, b BIGINT UNIQUE)", r"constraint UNIQUE on column b is not supported"),
+    ("(a BIGINT, b BIGINT CHECK (b > 0))", r"constraint CHECK \(b > 0\) on column b"),
+    ("(a BIGINT, b BIGINT DEFAULT 1)", r"constraint DEFAULT 1 on column b"),
+    ("(a BIGINT, FOREIGN KEY (a) REFERENCES t (a))", r"FOREIGN KEY \(a\) REFERENCES t \(a\) is "
+     r"not supported; a table declares columns")])
+def test_sql_tables_refuse_constraints_they_would_not_enforce(table, message):
+    from plans.sql import script
+    with pytest.raises(PlanError, match=r"sql: CREATE TABLE t: " + message):
+        script(Dataflow(), f"CREATE TABLE t {table};\n"
+                           "CREATE MATERIALIZED VIEW v AS SELECT a FROM t;")

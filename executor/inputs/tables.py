@@ -52,6 +52,10 @@ class InputTable:
         self.width = len(schema.fields)
         self.key_names = list(key)
         self.key = [schema.fieldNames().index(k) for k in key]
+        # a keyed input's NOT NULL columns outside the key: checked on the rows it keeps,
+        # not on a delete, whose other columns may be null (updates_schema)
+        self.required = [(i, f.name) for i, f in enumerate(schema.fields)
+                         if key and not f.nullable and f.name not in key]
         # keyed: key identity -> record; strict: record identity -> (record, multiplicity)
         self.rows: dict = {}
         self.batches: list[tuple[pa.Table, int]] = []  # (records + diff, rows), committed
@@ -96,6 +100,11 @@ class InputTable:
                 out.append(old + (t, -1))
                 touched[k] = None
             elif old is None or _frozen(old) != _frozen(record):
+                for c, column in self.required:
+                    if record[c] is None:
+                        raise InputError(self.name, column, "null in a NOT NULL column (a "
+                                         "keyed input's upsert)",
+                                         f"key {self._shown_key(record)} at time {t}")
                 if old is not None:
                     out.append(old + (t, -1))
                 out.append(record + (t, 1))
@@ -124,10 +133,12 @@ class InputTable:
     def _key(self, row: tuple) -> tuple:
         return tuple(row[k] for k in self.key)
 
+    def _shown_key(self, row: tuple) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in zip(self.key_names, self._key(row)))
+
     def _refuse(self, rule: str, row: tuple, detail: str = ""):
-        shown = ", ".join(f"{k}={v!r}" for k, v in zip(self.key_names, self._key(row)))
         raise InputError(self.name, ", ".join(self.key_names), rule,
-                         f"key {shown} at time {row[self.width]}" +
+                         f"key {self._shown_key(row)} at time {row[self.width]}" +
                          (f": {detail}" if detail else ""))
 
     # ------------------------------------------------------------------ batches (durable)
@@ -191,6 +202,16 @@ def _shown(record: tuple) -> str:
 
 
 # ---------------------------------------------------------------------------- the runner's
+def updates_schema(node, schema: StructType) -> StructType:
+    """The schema an input's updates are read and checked against: a keyed input's columns
+    outside its key may be null in a delete (InputTable checks NOT NULL on the rows it
+    keeps); any other input's is its declared schema."""
+    if not node.key:
+        return schema
+    return StructType([f if f.nullable or f.name in node.key else
+                       StructField(f.name, f.dataType, True, f.metadata) for f in schema.fields])
+
+
 def tables(flow) -> dict[str, InputTable]:
     """A table per keyed or strict input of the dataflow."""
     from pyspark.sql.types import StructType as Struct

@@ -305,7 +305,8 @@ class Collection:
 
     def sum(self, column: str, by=()) -> "Collection":
         """by columns + the sum of `column` weighted by multiplicity (named like it),
-        present while the key has records."""
+        present while the key has records; of Spark's Sum type (integral: BIGINT,
+        DECIMAL(p, s): DECIMAL(min(38, p + 10), s), a total beyond it refused as Spark's)."""
         return self._reduce(by, ir.Reduction("sum", column=column), "sum")
 
     def min(self, column: str, by=()) -> "Collection":

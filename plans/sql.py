@@ -151,7 +151,7 @@ class Lowering:
         aggs = [a for e in q.expressions for a in _aggregates(e)]
         having = q.args.get("having")
         if group is not None or aggs or having is not None:
-            rel, items = self._aggregate(q, rel, group, having)
+            rel, items = self._aggregate(q, rel, group, having, ctes)
         else:
             items = self._items(q, rel)
         names = [name for name, _ in items]
@@ -543,12 +543,13 @@ class Lowering:
         return out
 
     # ------------------------------------------------------------------ GROUP BY
-    def _aggregate(self, q: exp.Select, rel: Rel, group, having):
+    def _aggregate(self, q: exp.Select, rel: Rel, group, having, ctes=None):
         """GROUP BY: the aggregates computed per group in one reduction (`aggregate`), each
         DISTINCT one in its own, joined on a non-null key of the group where there are
-        several (JSON of its columns: a null group column matches); then HAVING, then the
-        SELECT list over group columns and aggregates. Without GROUP BY, one group that
-        always exists (_phantom): SQL's one row, even over no rows."""
+        several (JSON of its columns: a null group column matches); then HAVING (a scalar
+        subquery in it as in WHERE, over the groups), then the SELECT list over group
+        columns and aggregates. Without GROUP BY, one group that always exists (_phantom):
+        SQL's one row, even over no rows."""
         items = [_named(e) for e in q.expressions]
         if any(isinstance(b, exp.Star) for _, b in items):
             raise refuse("SELECT * with GROUP BY or aggregates")
@@ -561,7 +562,14 @@ class Lowering:
                                   or group.args.get("grouping_sets")):
             raise refuse("ROLLUP, CUBE and GROUPING SETS")
         exprs = [_resolved(b, rel) for _, b in items]
-        cond = _resolved(having.this, rel) if having is not None else None
+        # a scalar subquery in HAVING stands aside (a placeholder) until the groups exist:
+        # its columns and aggregates are its own, not the groups'
+        cond, aside = (having.this.copy(), {}) if having is not None else (None, {})
+        for sub in list(_scalar_subqueries(cond)) if cond is not None else []:
+            mark = exp.Placeholder(this=self.fresh("sub"))
+            aside[mark.name] = sub
+            sub.replace(mark)
+        cond = _resolved(cond, rel) if cond is not None else None
         phantom = None
         if not group_exprs:
             rel, phantom = self._phantom(rel, exprs + [cond])
@@ -621,7 +629,12 @@ class Lowering:
 
         agg_types = {n: self._agg_type(a, types) for a, n in zip(aggs, names)}
         all_types = {**dict(zip(gnames, gtypes)), **agg_types}
-        if cond is not None:
+        if aside:
+            groups = Rel(result, cols + [Col(n, None, n, t) for n, t in agg_types.items()])
+            cond = over_groups(cond).transform(
+                lambda n: aside[n.name] if isinstance(n, exp.Placeholder) else n)
+            result = self._scalar_filter(groups, cond, ctes or {}).coll
+        elif cond is not None:
             result = result.filter(_text(self._checked(over_groups(cond), "HAVING")))
         out = []
         for (name, _), e in zip(items, exprs):

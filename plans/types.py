@@ -110,14 +110,92 @@ def _map(exprs, cols: Columns) -> Optional[Columns]:
 
 def expression_type(e: exp.Expression, types: dict[str, Optional[str]]) -> Optional[str]:
     """The Spark type of `e` where certain: a column of known type (by lower-case name in
-    `types`), a CAST, a parenthesised one of those; else None."""
+    `types`), a CAST, a literal, unary minus and + - * / over those (Spark's arithmetic
+    types, DECIMAL precision and scale included), parenthesised or not; else None."""
     while isinstance(e, exp.Paren):
         e = e.this
     if isinstance(e, exp.Column) and not e.table:
         return types.get(e.name.lower())
     if isinstance(e, exp.Cast):  # try_cast too, and Spark's CAST as sqlglot reads it
         return e.to.sql("spark")
-    return None
+    if isinstance(e, exp.Literal):
+        return "STRING" if e.is_string else _number_type(e.this)
+    if isinstance(e, exp.Neg):  # Spark's parser reads -2147483648 as one INT literal
+        if isinstance(e.this, exp.Literal) and not e.this.is_string:
+            return _number_type(e.this.this, negative=True)
+        return expression_type(e.this, types)
+    op = _ARITHMETIC.get(type(e))
+    if op is None or isinstance(e.expression, exp.Interval):
+        return None
+    a, b = (expression_type(x, types) for x in (e.this, e.expression))
+    if a in INTEGRAL and b in INTEGRAL:
+        return "DOUBLE" if op == "divide" else max(a, b, key=INTEGRAL.index)
+    if a is None or b is None or not {a, b} <= {*INTEGRAL, "DOUBLE"} | {
+            t for t in (a, b) if t.startswith("DECIMAL")}:
+        return None
+    if "DOUBLE" in (a, b):
+        return "DOUBLE"
+    x, y = _decimal_operand(e.this, a), _decimal_operand(e.expression, b)
+    if x is None or y is None:
+        return None
+    p, s = adjusted(*decimal_result(op, x, y))
+    return f"DECIMAL({p}, {s})"
+
+
+_ARITHMETIC = {exp.Add: "add", exp.Sub: "subtract", exp.Mul: "multiply", exp.Div: "divide"}
+INTEGRAL_DECIMAL = {"TINYINT": (3, 0), "SMALLINT": (5, 0), "INT": (10, 0), "BIGINT": (20, 0)}
+
+
+def _number_type(text: str, negative: bool = False) -> Optional[str]:
+    """A numeric literal's Spark type: INT or BIGINT by size, DECIMAL(digits, scale) for
+    1.50, DOUBLE with an exponent; None beyond those (a suffix, a huge integer)."""
+    if text.isdigit():
+        v = -int(text) if negative else int(text)
+        return "INT" if -2**31 <= v < 2**31 else "BIGINT" if -2**63 <= v < 2**63 else None
+    whole, dot, frac = text.partition(".")
+    if dot and (whole + frac).isdigit():
+        digits = len((whole + frac).lstrip("0")) or 1
+        return "DECIMAL({}, {})".format(max(digits, len(frac)), len(frac)) \
+            if max(digits, len(frac)) <= MAX_PRECISION else None
+    return "DOUBLE" if "e" in text.lower() else None
+
+
+def _decimal_operand(e: exp.Expression, t: str) -> Optional[tuple[int, int]]:
+    """(precision, scale) an operand has in decimal arithmetic: an integral literal the
+    tightest (Spark's DecimalType.fromLiteral), an integral column DecimalType.forType; None
+    for a suffixed literal (1L, a CAST of a literal), whose treatment is not certain."""
+    while isinstance(e, exp.Paren):
+        e = e.this
+    if isinstance(e, exp.Neg) and isinstance(e.this, exp.Literal):
+        e = e.this  # -1 is one literal to Spark's parser; -(1) and -(-1) are not
+    if t in INTEGRAL:
+        if isinstance(e, exp.Literal):
+            return max(len(e.this.lstrip("0")), 1), 0
+        if isinstance(e, exp.Cast) and isinstance(e.this, exp.Literal):
+            return None
+        return INTEGRAL_DECIMAL[t]
+    return _decimal(t)
+
+
+def decimal_result(op: str, a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+    """Spark's DecimalPrecision: (precision, scale) of DECIMAL a `op` b (add, subtract,
+    multiply, divide), before the 38-digit adjustment."""
+    (p1, s1), (p2, s2) = a, b
+    if op == "multiply":
+        return p1 + p2 + 1, s1 + s2
+    if op == "divide":
+        scale = max(6, s1 + p2 + 1)
+        return p1 - s1 + s2 + scale, scale
+    scale = max(s1, s2)
+    return max(p1 - s1, p2 - s2) + scale + 1, scale
+
+
+def adjusted(precision: int, scale: int) -> tuple[int, int]:
+    """Spark's DecimalType.adjustPrecisionScale under allowPrecisionLoss (the default): a
+    result above 38 digits keeps its integral digits and at least min(scale, 6) decimals."""
+    if precision <= MAX_PRECISION:
+        return precision, scale
+    return MAX_PRECISION, max(MAX_PRECISION - (precision - scale), min(scale, 6))
 
 
 def _reduce(node: ir.Reduce) -> Optional[Columns]:

@@ -341,6 +341,35 @@ def test_edge_cases_equal_spark(spark, ansi):
         assert (_types(got.schema)[0], _rows(got.select([0]))) == (types[j], _rows(want.select([j]))), text
 
 
+ARITHMETIC = ["p * (1 - q)", "a * 0.0001", "p / 3", "p / q", "100.00 * p / q", "-i * i8",
+              "i / a", "x + p", "1.50 + p", "(p + 1) * (q - 2)", "p * p * p * p * p",
+              "p / (q * q * q)", "i8 + i8", "a - 12345678901", "1 + 2.5", ".5 * q", "1e3 + p",
+              "-(p - i)", "p + 1L", "CAST(i AS DECIMAL(4, 1)) * a", "p * CAST(2 AS BIGINT)"]
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.integers(0, 2 ** 32))
+def test_plan_time_types_equal_spark_analysis(spark, seed):
+    """plans/types.py's expression_type (what the SQL front end knows of a column when the
+    plan is built, without Spark) equals the type Spark's analyzer gives, wherever it claims
+    one: named arithmetic over every numeric kind, and random expressions of the grammar
+    above. Analysis only: no Spark job."""
+    import sqlglot
+
+    from plans.types import expression_type, spark_type
+    r = random.Random(seed)
+    exprs = ARITHMETIC + [gen(r, r.choice(["int", "double", "decimal"]), r.randint(1, 3))
+                          for _ in range(EXPRS_PER_EXAMPLE)]
+    frame = spark.createDataFrame(random_table(r, 0))
+    types = {f.name: spark_type(f.dataType.simpleString()) for f in frame.schema.fields}
+    claimed = [(e, expression_type(sqlglot.parse_one(e, read="spark"), types)) for e in exprs]
+    claimed = [(e, t) for e, t in claimed if t is not None]
+    assert {e for e, _ in claimed} >= set(ARITHMETIC) - {"p + 1L", "p * CAST(2 AS BIGINT)"}
+    analyzed = frame.selectExpr(*(f"{e} AS c{i}" for i, (e, _) in enumerate(claimed))).schema
+    for (e, t), field in zip(claimed, analyzed.fields):
+        assert t == spark_type(field.dataType.simpleString()), e
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.integers(0, 2 ** 32))
 def test_filter_map_negate_chain_equals_spark(spark, seed):

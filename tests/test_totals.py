@@ -124,3 +124,62 @@ def test_a_bigint_sum_that_could_overflow_steps_on_spark(spark, conf):
     big = runner.step({"s": updates_table(S, [_u(1, 1, x=2**61, g=1), _u(1, 1, x=-2**61, g=2)])}, upto=2)
     assert not big.host
     assert outputs_rows(runner, ["s"])["s"] == [(("a", 2**61), 0, 1)]
+
+
+D = "k STRING, w DECIMAL(38,18), v DECIMAL(30,10), c DECIMAL(6,2)"
+fraction = st.sampled_from([Decimal("0.123456789012345678"), Decimal("-7.000000000000000001"),
+                            Decimal("12345678901234567890.5"), Decimal("0")])
+decimal_record = st.tuples(st.sampled_from(["a", "b"]), maybe(fraction),
+                           maybe(st.sampled_from([Decimal("1.0000000001"),
+                                                  Decimal("-2.1234567891"),
+                                                  Decimal("99999999999999999999.9999999999")])),
+                           maybe(st.sampled_from([Decimal("9999.99"), Decimal("-0.01")])))
+
+
+def decimal_flow() -> Dataflow:
+    flow = Dataflow()
+    s = flow.input("s", D)
+    for c in ("w", "v", "c"):
+        flow.output(f"sum_{c}", s.sum(c, by=["k"]))
+    flow.output("total_w", s.sum("w"))
+    flow.output("sql", flow.sql("SELECT k, sum(w) AS sw, sum(v) AS sv, count(*) AS n "
+                                "FROM s GROUP BY k"))
+    return flow
+
+
+@settings(max_examples=examples(2, 4), deadline=None, suppress_health_check=list(HealthCheck))
+@given(stream=st.lists(st.tuples(decimal_record, st.integers(0, HORIZON - 1),
+                                 st.sampled_from([-3, -1, 1, 1, 2, 5])), max_size=12),
+       cuts=cuts)
+def test_decimal_sums_keep_sparks_type_and_every_digit(spark, conf, stream, cuts):
+    """A DECIMAL(p, s) sum is DECIMAL(min(38, p + 10), s), as Spark's Sum, on both
+    placements: with s > 6 and p > 17, x times a BIGINT multiplicity would be typed with
+    six decimals and rounded (the Spark placement gave 7.370370 for 7.3703703674)."""
+    from pyspark.sql.types import StructType
+    flow = decimal_flow()
+    three_ways(spark, conf, flow, D, stream, cuts)
+    runner = Runner(flow, conf=conf, spark=spark)
+    want = spark.createDataFrame([], StructType.fromDDL(D)).selectExpr(
+        "sum(w)", "sum(v)", "sum(c)").schema
+    got = [runner.schemas[f"sum_{c}"][c].dataType for c in ("w", "v", "c")]
+    assert got == [f.dataType for f in want.fields]
+    assert [runner.schemas["sql"][c].dataType for c in ("sw", "sv")] == got[:2]
+
+
+def test_a_decimal_total_beyond_its_type_is_refused_as_spark_refuses_it(spark, conf):
+    """sum over DECIMAL(6, 2) is DECIMAL(16, 2): a total of 10**14 or more does not fit. The
+    driver hands the step to Spark, whose Sum (ANSI) refuses it; nothing changes."""
+    from executor import StepError
+    flow = Dataflow()
+    flow.output("sum_c", flow.input("s", D).sum("c", by=["k"]))
+    runner = Runner(flow, conf=conf, spark=spark)
+    row = ("a", None, None, Decimal("9999.99"))
+    runner.step({"s": updates_table(D, [(row, 0, 2)])}, upto=1)
+    huge = updates_table(D, [(row, 1, 10**10), (row, 1, 10**10)])
+    try:
+        runner.step({"s": huge}, upto=2)
+    except StepError as e:
+        assert "NUMERIC_VALUE_OUT_OF_RANGE" in str(e) or "overflow" in str(e).lower(), e
+    else:
+        raise AssertionError("a DECIMAL(16, 2) total of 2e14 was accepted")
+    assert outputs_rows(runner, ["sum_c"])["sum_c"] == [(("a", 19999.98), 0, 1)]

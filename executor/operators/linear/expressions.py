@@ -35,6 +35,7 @@ import sqlglot
 from sqlglot import exp
 
 from plans import ir
+from plans.types import adjusted, decimal_result
 
 DIFF = "diff"
 
@@ -342,11 +343,7 @@ def _arith(op: str):
             return Expr(DOUBLE, lambda tbl: getattr(pc, op)(a.fn(tbl), b.fn(tbl)))
         if (_decimal(a.type) or _integral(a.type)) and (_decimal(b.type) or _integral(b.type)):
             (p1, s1), (p2, s2) = _decimal_of(a), _decimal_of(b)
-            if op == "multiply":
-                precision, scale = p1 + p2 + 1, s1 + s2
-            else:
-                scale = max(s1, s2)
-                precision = max(p1 - s1, p2 - s2) + scale + 1
+            precision, scale = decimal_result(op, (p1, s1), (p2, s2))
             a, b = _to(a, pa.decimal128(p1, s1)), _to(b, pa.decimal128(p2, s2))
             if precision <= MAX_PRECISION:
                 t = pa.decimal128(precision, scale)
@@ -371,8 +368,7 @@ def _adjusted(c: "_Compiler", precision: int, scale: int) -> pa.DataType:
     ones kept, the scale cut to no less than min(scale, 6)."""
     if not c.session.precision_loss:
         raise NotCompiled("decimal result above 38 digits without precision loss")
-    kept = max(MAX_PRECISION - (precision - scale), min(scale, 6))
-    return pa.decimal128(MAX_PRECISION, kept)
+    return pa.decimal128(*adjusted(precision, scale))
 
 
 def _exact_product(x: pa.Array, y: pa.Array, t) -> pa.Array:
@@ -452,8 +448,7 @@ def _decimal_div(c: _Compiler, a: Expr, b: Expr) -> Expr:
     38-digit divisor whose quotient a rounding at 38 places would carry is checked against
     Spark in tests/test_expressions.py). Per row on Python integers."""
     (p1, s1), (p2, s2) = _decimal_of(a), _decimal_of(b)
-    scale = max(6, s1 + p2 + 1)
-    precision = p1 - s1 + s2 + scale
+    precision, scale = decimal_result("divide", (p1, s1), (p2, s2))
     t = pa.decimal128(precision, scale) if precision <= MAX_PRECISION else \
         _adjusted(c, precision, scale)
     a, b = _to(a, pa.decimal128(p1, s1)), _to(b, pa.decimal128(p2, s2))

@@ -159,8 +159,19 @@ def _sum_values(step, node, g, x, m, kind, out_kind):
         if float(xp.sum(xp.abs(xp.astype(terms, xp.float64)))) >= _SAFE:
             raise Unsupported(f"{node.label()}: a sum near the int64 range")
         value = xp.asarray(_segment_sums(to_numpy(xp, gl), to_numpy(xp, terms)))
+        within_precision(xp, node, value, out_kind)
     present, _ = _groups(xp, gl)
     return _per_group(xp, present, groups, value, NULL_CODE)
+
+
+def within_precision(xp, node, unscaled, kind) -> None:
+    """Unsupported (the step runs on Spark, whose Sum raises or gives NULL by its ANSI
+    setting) where a DECIMAL total has more digits than its type, DECIMAL(p + 10, s), holds."""
+    # abs of NULL_CODE (int64's minimum) wraps to itself, below any bound
+    if isinstance(kind, DecimalType) and kind.precision <= 18 and bool(xp.any(
+            xp.abs(unscaled) >= 10 ** kind.precision)):
+        raise Unsupported(f"{node.label()}: a total beyond DECIMAL({kind.precision}, "
+                          f"{kind.scale})")
 
 
 def _segment_sums(g: np.ndarray, values: np.ndarray) -> np.ndarray:

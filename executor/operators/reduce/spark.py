@@ -15,7 +15,7 @@ from __future__ import annotations
 from functools import reduce as fold
 
 from pyspark.sql import DataFrame, Window, functions as F
-from pyspark.sql.types import ArrayType, MapType, NumericType, StructType
+from pyspark.sql.types import ArrayType, DecimalType, MapType, NumericType, StructType
 
 from executor.arrange.trace import View
 from executor.operators.linear import kernels
@@ -23,6 +23,7 @@ from executor.operators.linear.spark import q, record_columns
 from executor.time import DIFF, TIME
 from plans import ir
 from plans.errors import PlanError
+from plans.types import adjusted, decimal_result
 
 GT, NEXT, M = "__gt", "__next", "__m"
 
@@ -39,7 +40,13 @@ def output(node: ir.Reduce, acc: DataFrame, records: list[str], backend: str,
     if red.kind in ("count", "sum", "min", "max", "aggregate"):
         if red.kind in ("min", "max"):  # present while a record has positive multiplicity
             acc = acc.where(F.col(M) > 0)
-        out = acc.groupBy(*by).agg(*[_value(k, c).alias(n) for n, k, c in red.value_parts()])
+        kinds = {f.name: f.dataType for f in acc.schema.fields}
+        unit = any(k == "sum" and _rounds(kinds[c]) for _, k, c in red.value_parts())
+        if unit:  # x*M would round these sums: the multiset as |M| rows of M's sign
+            acc = acc.withColumn(M, F.explode(F.array_repeat(
+                F.signum(F.col(M)).cast("bigint"), F.abs(F.col(M)).cast("int"))))
+        out = acc.groupBy(*by).agg(*[_value(k, c, kinds, unit).alias(n)
+                                     for n, k, c in red.value_parts()])
         if red.kind == "count":  # present while the multiplicities do not cancel
             out = out.where(F.col("count") != 0)
         return out.withColumn(M, F.lit(1).cast("bigint"))
@@ -62,16 +69,30 @@ def output(node: ir.Reduce, acc: DataFrame, records: list[str], backend: str,
     raise PlanError(f"{node.label()}: unknown reduction {red.kind}")
 
 
-def _value(kind: str, column):
+def _value(kind: str, column, kinds: dict, unit: bool):
     """One value over a group's accumulated rows (multiplicity M != 0), as
-    plans/semantics.py `_aggregate_value` defines it."""
+    plans/semantics.py `_aggregate_value` defines it, of Spark's type: a DECIMAL(p, s) sum
+    is DECIMAL(min(38, p + 10), s), as Spark's Sum over the multiset (x*M alone would be
+    typed and rounded as Spark's product with a BIGINT). With `unit`, every M is +1 or -1."""
     m = F.col(M)
     if kind == "count":
         return F.sum(m if column is None else F.when(F.col(q(column)).isNotNull(), m)
                      .otherwise(F.lit(0).cast("bigint")))
     if kind == "sum":
-        return F.sum(F.col(q(column)) * m)
+        x, t = F.col(q(column)), kinds[column]
+        if not isinstance(t, DecimalType):
+            return F.sum(x * m)
+        spark = DecimalType(min(38, t.precision + 10), t.scale)
+        return F.sum(F.when(m > 0, x).otherwise(-x) if unit else x * m).cast(spark)
     return (F.min if kind == "min" else F.max)(F.when(m > 0, F.col(q(column))))
+
+
+def _rounds(t) -> bool:
+    """Whether Spark types DECIMAL t times a BIGINT with fewer decimals than t (above 38
+    digits it keeps min(scale, 6)): such a sum cannot weight its rows by M."""
+    if not isinstance(t, DecimalType):
+        return False
+    return adjusted(*decimal_result("multiply", (t.precision, t.scale), (20, 0)))[1] < t.scale
 
 
 def check_types(node: ir.Reduce, acc: DataFrame, records: list[str]) -> None:

@@ -147,6 +147,9 @@ def delta(step, node: ir.Reduce, view, ready):
     unsure = now.keys_of(unsure)
     sure = xp.logical_not(xp.take(unsure, now.key))
     read = [at[("value" if k == "sum" else "weight", c)] for _, k, c in red.value_parts()]
+    for (name, kind, _), i in zip(red.value_parts(), read):
+        if kind == "sum":
+            reduce_driver.within_precision(xp, node, now.now[i], schema[name].dataType)
     out = _emitted(xp, schema, now.keys, now.t, [now.now[i] for i in read],
                    [now.prev[i] for i in read], sure, sure)
     if not bool(xp.any(unsure)):

@@ -263,3 +263,26 @@ def test_sql_plan_file_explains_and_refuses_clearly(tmp_path):
         done = cli("run", plan, "--output", tmp_path / "out")
         assert done.returncode == 2, done.stdout + done.stderr
         assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+
+
+W = "k BIGINT, w DECIMAL(38,18), v DECIMAL(30,10)"
+WIDE = {"wide_sum_avg": """SELECT k, sum(w) AS sw, avg(w) AS aw, sum(v) AS sv, avg(v) AS av,
+                           count(*) AS n FROM m GROUP BY k""",
+        "wide_global": "SELECT sum(w * 2) AS s2, avg(v - 1) AS a1 FROM m"}
+w_rec = st.tuples(st.integers(0, 1),
+                  maybe(st.sampled_from([Decimal("0.123456789012345678"),
+                                         Decimal("-7.000000000000000001"), Decimal("1")])),
+                  maybe(st.sampled_from([Decimal("1.0000000001"), Decimal("-2.1234567891")])))
+
+
+@settings(max_examples=examples(1, 3), deadline=None, suppress_health_check=list(HealthCheck))
+@given(m=lifetimes(w_rec), cut_list=cuts)
+def test_wide_decimal_sums_and_averages_match_spark_sql(spark, conf, m, cut_list):
+    """sum and avg over DECIMAL(38,18) and DECIMAL(30,10), whose every digit Spark keeps
+    (Sum: DECIMAL(38, s); Average: DECIMAL(38, s + 4)), against spark.sql and the
+    reference after every step."""
+    flow = Dataflow()
+    flow.input("m", W)
+    for name, text in WIDE.items():
+        flow.output(name, flow.sql(text))
+    check_steps(spark, conf, flow, {"m": (W, m)}, cut_list, spark_sql(spark, WIDE))

@@ -9,12 +9,12 @@ interpreter owns times, diffs and accumulation, the evaluator only computes expr
 """
 from __future__ import annotations
 
+import decimal
 import re
 from collections import Counter, defaultdict
 from typing import Callable, Iterable, Protocol
 
-from . import ir
-from . import query as cq
+from . import ir, query as cq
 from .reduce_kernel import call_reduce_kernel
 from .schema import ddl_names as _names
 
@@ -330,9 +330,15 @@ def _aggregate_value(kind: str, members, col):
         return sum(m for r, m in members if col is None or r[col] is not None)
     if kind == "sum":
         xs = [(r[col], m) for r, m in members if r[col] is not None]
-        return sum(x * m for x, m in xs) if xs else None
+        with decimal.localcontext(_EXACT):  # Decimal's default context keeps 28 digits
+            return sum(x * m for x, m in xs) if xs else None
     xs = [r[col] for r, m in members if m > 0 and r[col] is not None]
     return (min if kind == "min" else max)(xs) if xs else None
+
+
+# Sums of DECIMAL(38) values weighted by int64 multiplicities need about 60 digits; the
+# default context (28) would round them, silently, in the oracle itself.
+_EXACT = decimal.Context(prec=100, traps=[decimal.Inexact, decimal.InvalidOperation])
 
 
 def _plain(v):

@@ -129,21 +129,30 @@ def updates_df(spark, ddl: str, updates):
 def outputs_rows(runner, names):
     """executor.reference.rows_of for several outputs in ONE Spark job (records travel as JSON)."""
     import json
+    from decimal import Decimal
     from functools import reduce
 
     from pyspark.sql import functions as F
+    from pyspark.sql.types import DecimalType
 
     from plans.semantics import consolidate
 
-    frames = []
+    frames, exact = [], []
     for i, name in enumerate(names):
         df = runner.output(name)
-        recs = [c for c in df.columns if c not in ("time", "diff")]
-        frames.append(df.select(F.lit(i).alias("o"), F.to_json(F.struct(*[F.col(f"`{c}`")
-                      for c in recs]), {"ignoreNullFields": "false"}).alias("r"), "time", "diff"))
+        recs = [f for f in df.schema.fields if f.name not in ("time", "diff")]
+        # a DECIMAL travels as text: as a JSON number it would come back a float, and two
+        # values that differ past the 17th digit would cancel in consolidation
+        exact.append([isinstance(f.dataType, DecimalType) for f in recs])
+        frames.append(df.select(F.lit(i).alias("o"), F.to_json(F.struct(*[
+            F.col(f"`{f.name}`").cast("string").alias(f.name) if dec else F.col(f"`{f.name}`")
+            for f, dec in zip(recs, exact[-1])]), {"ignoreNullFields": "false"}).alias("r"),
+            "time", "diff"))
     out = {name: [] for name in names}
     for o, r, t, d in reduce(lambda a, b: a.unionByName(b), frames).collect():
-        out[names[o]].append((_from_json(json.loads(r)), t, d))
+        rec = tuple(Decimal(v) if dec and v is not None else v
+                    for v, dec in zip(_from_json(json.loads(r)), exact[o]))
+        out[names[o]].append((rec, t, d))
     return {name: consolidate(ups) for name, ups in out.items()}
 
 
@@ -259,10 +268,8 @@ def three_ways(spark, conf, flow, ddl: str, stream: list, cuts: list, driver_con
 
 
 def as_json(record: tuple) -> tuple:
-    """A record as outputs_rows reads it back: a DECIMAL as a float (exact at the few digits
-    tests use), a DATE as its ISO text."""
+    """A record as outputs_rows reads it back: a DATE as its ISO text (a DECIMAL stays a
+    Decimal, equal and hashed as its value whatever its scale)."""
     import datetime as dt
-    from decimal import Decimal
 
-    return tuple(float(v) if isinstance(v, Decimal) else
-                 v.isoformat() if isinstance(v, dt.date) else v for v in record)
+    return tuple(v.isoformat() if isinstance(v, dt.date) else v for v in record)

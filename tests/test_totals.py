@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from conftest import examples, outputs_rows, three_ways, updates_table
 from executor import Runner
@@ -127,12 +127,12 @@ def test_a_bigint_sum_that_could_overflow_steps_on_spark(spark, conf):
 
 
 D = "k STRING, w DECIMAL(38,18), v DECIMAL(30,10), c DECIMAL(6,2)"
+NINES = Decimal("99999999999999999999.9999999999")
 fraction = st.sampled_from([Decimal("0.123456789012345678"), Decimal("-7.000000000000000001"),
                             Decimal("12345678901234567890.5"), Decimal("0")])
 decimal_record = st.tuples(st.sampled_from(["a", "b"]), maybe(fraction),
                            maybe(st.sampled_from([Decimal("1.0000000001"),
-                                                  Decimal("-2.1234567891"),
-                                                  Decimal("99999999999999999999.9999999999")])),
+                                                  Decimal("-2.1234567891"), NINES])),
                            maybe(st.sampled_from([Decimal("9999.99"), Decimal("-0.01")])))
 
 
@@ -147,6 +147,12 @@ def decimal_flow() -> Dataflow:
     return flow
 
 
+# CI's derandomised run found the driver's global total wrong here (DECIMAL(38,18) near 2**63).
+@example(stream=[(("a", None, None, None), 0, -3),
+                 (("a", None, NINES, Decimal("9999.99")), 0, -3),
+                 (("a", Decimal("12345678901234567890.5"), NINES, Decimal("-0.01")), 2, -1),
+                 (("b", Decimal("0.123456789012345678"), None, Decimal("9999.99")), 5, 1),
+                 (("a", Decimal("0"), None, Decimal("9999.99")), 0, 2)], cuts=[6])
 @settings(max_examples=examples(2, 4), deadline=None, suppress_health_check=list(HealthCheck))
 @given(stream=st.lists(st.tuples(decimal_record, st.integers(0, HORIZON - 1),
                                  st.sampled_from([-3, -1, 1, 1, 2, 5])), max_size=12),
@@ -182,4 +188,4 @@ def test_a_decimal_total_beyond_its_type_is_refused_as_spark_refuses_it(spark, c
         assert "NUMERIC_VALUE_OUT_OF_RANGE" in str(e) or "overflow" in str(e).lower(), e
     else:
         raise AssertionError("a DECIMAL(16, 2) total of 2e14 was accepted")
-    assert outputs_rows(runner, ["sum_c"])["sum_c"] == [(("a", 19999.98), 0, 1)]
+    assert outputs_rows(runner, ["sum_c"])["sum_c"] == [(("a", Decimal("19999.98")), 0, 1)]

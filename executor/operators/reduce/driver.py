@@ -22,7 +22,6 @@ from executor.arrange.changes import Changes, Unsupported
 from executor.arrange.encoding import (NULL_CODE, NoCode, float_codes, float_values, order_keys,
                                        ordered, rank)
 from executor.operators.linear import expressions
-from executor.operators.reduce.spark import rounds as spark_rounds
 from executor.time import DIFF, TIME
 from gpu_kernels import (DiffOverflow, consolidate, group_starts, multiply_diffs, neighbours,
                          running_segments, sort_by, sum_segments, to_numpy)
@@ -154,11 +153,7 @@ def _sum_values(step, node, g, x, m, kind, out_kind):
         sums = _segment_sums(to_numpy(xp, gl), vals)
         value = xp.asarray(float_codes(sums))
     else:
-        # a DECIMAL whose product with a multiplicity Spark would round (p > 17, s > 6)
-        # runs on Spark, exact there (reduce/spark.py); its driver totals are not proven
-        if isinstance(out_kind, DecimalType) and (out_kind.scale != kind.scale or
-                                                  spark_rounds(kind)):
-            raise Unsupported(f"{node.label()}: Spark's sum has scale {out_kind.scale}")
+        same_scale(node, kind, out_kind)
         terms = multiply_diffs(xp, xl, ml)
         if float(xp.sum(xp.abs(xp.astype(terms, xp.float64)))) >= _SAFE:
             raise Unsupported(f"{node.label()}: a sum near the int64 range")
@@ -166,6 +161,14 @@ def _sum_values(step, node, g, x, m, kind, out_kind):
         within_precision(xp, node, value, out_kind)
     present, _ = _groups(xp, gl)
     return _per_group(xp, present, groups, value, NULL_CODE)
+
+
+def same_scale(node, kind, out_kind) -> None:
+    """Unsupported where a sum's type scales its DECIMAL input (the driver adds unscaled
+    integers as they are; Spark's Sum keeps the scale, so this guards a typing change)."""
+    if isinstance(out_kind, DecimalType) and out_kind.scale != kind.scale:
+        raise Unsupported(f"{node.label()}: a sum of {kind.simpleString()} typed "
+                          f"{out_kind.simpleString()}")
 
 
 def within_precision(xp, node, unscaled, kind) -> None:

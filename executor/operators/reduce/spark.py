@@ -41,7 +41,7 @@ def output(node: ir.Reduce, acc: DataFrame, records: list[str], backend: str,
         if red.kind in ("min", "max"):  # present while a record has positive multiplicity
             acc = acc.where(F.col(M) > 0)
         kinds = {f.name: f.dataType for f in acc.schema.fields}
-        unit = any(k == "sum" and rounds(kinds[c]) for _, k, c in red.value_parts())
+        unit = any(k == "sum" and _rounds(kinds[c]) for _, k, c in red.value_parts())
         if unit:  # x*M would round these sums: the multiset as |M| rows of M's sign
             acc = acc.withColumn(M, F.explode(F.array_repeat(
                 F.signum(F.col(M)).cast("bigint"), F.abs(F.col(M)).cast("int"))))
@@ -87,7 +87,7 @@ def _value(kind: str, column, kinds: dict, unit: bool):
     return (F.min if kind == "min" else F.max)(F.when(m > 0, F.col(q(column))))
 
 
-def rounds(t) -> bool:
+def _rounds(t) -> bool:
     """Whether Spark types DECIMAL t times a BIGINT with fewer decimals than t (above 38
     digits it keeps min(scale, 6)): such a sum cannot weight its rows by M."""
     if not isinstance(t, DecimalType):

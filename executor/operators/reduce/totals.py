@@ -34,7 +34,6 @@ from executor.arrange.changes import Changes, Unsupported
 from executor.arrange.encoding import INTEGRAL, NULL_CODE
 from executor.arrange.mirror import Mirror, Run, run_of
 from executor.operators.reduce import driver as reduce_driver
-from executor.operators.reduce.spark import rounds
 from gpu_kernels import (DiffOverflow, group_starts, multiply_diffs, running_segments, sort_by,
                          sum_segments)
 from plans import ir
@@ -100,10 +99,8 @@ def delta(step, node: ir.Reduce, view, ready):
     keys = list(view.trace.keys)
     kinds = {f.name: f.dataType for f in batch.schema.fields}
     for name, kind, column in red.value_parts() if red.kind in ("sum", "aggregate") else ():
-        if kind == "sum" and isinstance(kinds[column], DecimalType) and (
-                schema[name].dataType.scale != kinds[column].scale or rounds(kinds[column])):
-            raise Unsupported(f"{node.label()}: Spark's sum has scale "
-                              f"{schema[name].dataType.scale}")
+        if kind == "sum":
+            reduce_driver.same_scale(node, kinds[column], schema[name].dataType)
     layout = _layout(red, kinds)
     exact = _exact(layout)
     own = _own(red, view)

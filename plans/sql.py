@@ -439,10 +439,12 @@ class Lowering:
                                   if n == subs[0] else n)
         return Rel(joined.coll.filter(self._expr(cond, joined, "WHERE")).map(*cols), rel.cols)
 
-    def _correlated(self, rel: Rel, q: exp.Select, ctes, construct: str):
+    def _correlated(self, rel: Rel, q: exp.Select, ctes, construct: str,
+                    mixed: Optional[list] = None):
         """(q's FROM filtered by its uncorrelated predicates, the (outer, inner) pairs of
-        its correlating equalities outer = inner); any other predicate that reads `rel`
-        (outside a nested subquery) is refused: only equalities decorrelate into a join."""
+        its correlating equalities outer = inner). Any other predicate that reads `rel`
+        (outside a nested subquery) goes to `mixed` where the caller gives one (EXISTS
+        tests it per distinct outer value), else it is refused."""
         inside = self._from(q, ctes)
         where = q.args.get("where")
         conjuncts = [k for k in (_conjuncts(where.this) if where is not None else [])
@@ -454,8 +456,11 @@ class Lowering:
                 continue
             if any(inside.resolve(col) is None and rel.resolve(col) is not None
                    for col in k.find_all(exp.Column) if not _in_subquery(col, k)):
-                raise refuse(f"correlated predicate {_text(k)} in {construct}",
-                             "correlate by equalities outer = inner")
+                if mixed is None or any(k.find_all(exp.Subquery, exp.Exists)):
+                    raise refuse(f"correlated predicate {_text(k)} in {construct}",
+                                 "correlate by equalities outer = inner")
+                mixed.append(k)
+                continue
             inside = self._where(inside, k, ctes)
         return inside, list(pairs.values())
 
@@ -500,15 +505,52 @@ class Lowering:
         if not isinstance(q, exp.Select) or any(q.args.get(k) for k in (
                 "group", "having", "limit", "order", "with_", "with")):
             raise refuse("EXISTS over anything but SELECT ... FROM ... WHERE")
-        inside, keys = self._correlated(rel, q, ctes, "EXISTS")
+        mixed: list = []
+        inside, keys = self._correlated(rel, q, ctes, "EXISTS", mixed)
         if not keys:
             raise refuse("uncorrelated EXISTS", "it is a global condition")
         names = [self.fresh("ex") for _ in keys]
         outer = self._keyed(rel, [a for a, _ in keys], names)
         probe = inside.coll.map(*(f"{self._expr(b, inside, 'EXISTS')} AS `{n}`"
-                                  for (_, b), n in zip(keys, names)))
+                                  for (_, b), n in zip(keys, names)),
+                                *(f"`{c.internal}`" for c in inside.cols if mixed))
+        if mixed:
+            outer, probe, names = self._mixed(rel, inside, outer, probe, names, mixed)
         op = outer.antijoin if negated else outer.semijoin
         return Rel(op(probe, on=names), rel.cols)
+
+    def _mixed(self, rel: Rel, inside: Rel, outer, probe, names: list, mixed: list):
+        """EXISTS whose predicates also compare outer and inner columns otherwise than by
+        equality (TPC-H Q21: l2.l_suppkey <> l1.l_suppkey): the distinct (key, outer
+        columns) values of the outer side meet the inside on the key, the predicates filter
+        the pairs, and the outer rows are kept (dropped) by (key, outer columns) among the
+        survivors. The outer columns travel as one JSON value, so a NULL among them matches
+        itself, as the outer row it came from must."""
+        seen: dict = {}  # outer column's internal name -> (its Col, its name in the pairs)
+
+        def swap(node):
+            if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
+                col = inside.resolve(node)  # the inner scope shadows the outer one
+                if col is None:
+                    col = rel.resolve(node)
+                    if col is None:
+                        raise PlanError(f"sql: unknown column '{_text(node)}'")
+                    col = seen.setdefault(col.internal, (col, self.fresh("oc")))[1]
+                    return exp.column(col, quoted=True)
+                return exp.column(col.internal, quoted=True)
+            return node
+        cond = " AND ".join(f"({_text(self._checked(k.copy().transform(swap), 'EXISTS'))})"
+                            for k in mixed)
+        tag = self.fresh("tag")
+        inner = ", ".join(f"`{n}`" for _, n in seen.values())
+        outer = outer.map(*(f"`{c.internal}`" for c in rel.cols), *(f"`{n}`" for n in names),
+                          *(f"`{c.internal}` AS `{n}`" for c, n in seen.values()))
+        values = outer.map(*(f"`{n}`" for n in names + [n for _, n in seen.values()]))
+        pairs = values.distinct().join(probe, on=names).filter(cond)
+        outer = outer.map(*(f"`{c.internal}`" for c in rel.cols), *(f"`{n}`" for n in names),
+                          f"to_json(struct({inner})) AS `{tag}`")
+        return outer, pairs.map(*(f"`{n}`" for n in names),
+                                f"to_json(struct({inner})) AS `{tag}`"), names + [tag]
 
     # ------------------------------------------------------------------ expressions
     def _expr(self, e, rel: Rel, where: str) -> str:

@@ -47,6 +47,11 @@ QUERIES = {
     "in": "SELECT k, x FROM t WHERE k IN (SELECT k FROM u WHERE y > 0)",
     "exists": "SELECT k, g FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.k = t.k AND s = 'a')",
     "not_exists": "SELECT k, g FROM t WHERE NOT EXISTS (SELECT * FROM u WHERE u.k = t.k)",
+    # correlated otherwise than by equality (TPC-H Q21's form); a NULL x satisfies the second
+    "exists_mixed": """SELECT k, g, x FROM t
+                       WHERE EXISTS (SELECT 1 FROM u WHERE u.k = t.k AND u.y <> t.x)""",
+    "not_exists_mixed": """SELECT k, x FROM t WHERE NOT EXISTS (SELECT * FROM u WHERE
+                           u.k = t.k AND (y > x OR x IS NULL) AND s = 'a')""",
     "top_k": "SELECT k, x, g FROM t ORDER BY x DESC NULLS LAST, k, g LIMIT 2",
     "intersect": "SELECT k, g FROM t INTERSECT SELECT k, s FROM u",
     "intersect_all": "SELECT k FROM t INTERSECT ALL SELECT k FROM u",

@@ -40,8 +40,8 @@ demo: venv
 PYTEST_MARK ?= not slow
 
 test: venv
-	@echo "$(PY) -m pytest -q -m \"$(PYTEST_MARK)\" --durations=15"; \
-	rc=0; $(PY) -m pytest -q -m "$(PYTEST_MARK)" --durations=15 || rc=$$?; \
+	@echo "$(PY) -m pytest -q -m \"$(PYTEST_MARK)\" --durations=40"; \
+	rc=0; $(PY) -m pytest -q -m "$(PYTEST_MARK)" --durations=40 || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: no test matches PYTEST_MARK=\"$(PYTEST_MARK)\"" >&2; fi; \
 	exit $$rc
 

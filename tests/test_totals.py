@@ -172,6 +172,23 @@ def test_decimal_sums_keep_sparks_type_and_every_digit(spark, conf, stream, cuts
     assert [runner.schemas["sql"][c].dataType for c in ("sw", "sv")] == got[:2]
 
 
+def test_the_oracle_and_the_readback_keep_every_decimal_digit(spark, conf):
+    """The reference sums DECIMALs exactly (Python's default context keeps 28 digits, which
+    made it the wrong party in CI), and outputs_rows reads them back as Decimals: two totals
+    that differ past the 17th digit stay two rows, as they would not as floats."""
+    from executor.reference import reference
+    flow = Dataflow()
+    flow.output("total_w", flow.input("s", D).sum("w"))
+    big, small = Decimal("-12345678901234567890.5"), Decimal("0.123456789012345678")
+    stream = [(("a", big, None, None), 0, 1), (("b", small, None, None), 1, 1)]
+    exact = Decimal("-12345678901234567890.376543210987654322")
+    want = [((big,), 0, 1), ((big,), 1, -1), ((exact,), 1, 1)]
+    assert reference(spark, flow.outputs, {"s": stream})["total_w"] == want
+    runner = Runner(flow, conf=conf, spark=spark)
+    runner.step({"s": updates_table(D, stream)}, upto=2)
+    assert outputs_rows(runner, ["total_w"])["total_w"] == want
+
+
 def test_a_decimal_total_beyond_its_type_is_refused_as_spark_refuses_it(spark, conf):
     """sum over DECIMAL(6, 2) is DECIMAL(16, 2): a total of 10**14 or more does not fit. The
     driver hands the step to Spark, whose Sum (ANSI) refuses it; nothing changes."""

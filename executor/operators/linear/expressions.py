@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Context, Decimal
-from collections.abc import Mapping
 from typing import Callable, Optional
 
 import numpy as np
@@ -35,7 +35,7 @@ import sqlglot
 from sqlglot import exp
 
 from plans import ir
-from plans.types import adjusted, decimal_result
+from plans.types import INTEGRAL_DECIMAL, adjusted, decimal_result
 
 DIFF = "diff"
 
@@ -63,12 +63,11 @@ MAX_PRECISION = 38
 _EXACT = Context(prec=2 * MAX_PRECISION + 4)
 _BOUNDS = {t: (-(2 ** (8 * w - 1)), 2 ** (8 * w - 1) - 1)
            for t, w in zip(INTEGRAL, (1, 2, 4, 8))}
-# Spark's DecimalType.forType: the decimal an integral column widens to.
-_INTEGRAL_DECIMAL = {pa.int8(): (3, 0), pa.int16(): (5, 0), pa.int32(): (10, 0),
-                     pa.int64(): (20, 0)}
 _SQL_NAMES = {pa.int8(): "tinyint", pa.int16(): "smallint", pa.int32(): "int",
               pa.int64(): "bigint", DOUBLE: "double", STRING: "string", BOOL: "boolean",
               DATE: "date", TIMESTAMP: "timestamp", NULL: "void"}
+# Spark's DecimalType.forType: the decimal an integral column widens to.
+_INTEGRAL_DECIMAL = {t: INTEGRAL_DECIMAL[_SQL_NAMES[t].upper()] for t in INTEGRAL}
 
 
 def _integral(t) -> bool:

@@ -217,7 +217,7 @@ def report(payload: dict) -> str:
              q["refresh_over_fastest_recompute"], q["state_records"]]
             for n, q in payload["queries"].items()]
     title = (f"TPC-H SF {p['scale']}, {p['steps']} refresh steps of {p['fraction']:.1%} of "
-             f"{p['orders']:,} orders; refused: {', '.join(sorted(payload['refused']))}")
+             f"{p['orders']:,} orders; refused: {', '.join(sorted(payload['refused'])) or 'none'}")
     return "\n\n".join([title, common.markdown_table(
         ["query", "first step s", "median refresh ms", "DuckDB ms", "Spark SQL ms",
          "refresh / fastest", "state records"], rows)])

@@ -511,9 +511,10 @@ class Lowering:
             raise refuse("uncorrelated EXISTS", "it is a global condition")
         names = [self.fresh("ex") for _ in keys]
         outer = self._keyed(rel, [a for a, _ in keys], names)
+        # the mixed predicates read the inside's columns after the join
         probe = inside.coll.map(*(f"{self._expr(b, inside, 'EXISTS')} AS `{n}`"
                                   for (_, b), n in zip(keys, names)),
-                                *(f"`{c.internal}`" for c in inside.cols if mixed))
+                                *(f"`{c.internal}`" for c in (inside.cols if mixed else [])))
         if mixed:
             outer, probe, names = self._mixed(rel, inside, outer, probe, names, mixed)
         op = outer.antijoin if negated else outer.semijoin
@@ -542,15 +543,14 @@ class Lowering:
         cond = " AND ".join(f"({_text(self._checked(k.copy().transform(swap), 'EXISTS'))})"
                             for k in mixed)
         tag = self.fresh("tag")
-        inner = ", ".join(f"`{n}`" for _, n in seen.values())
-        outer = outer.map(*(f"`{c.internal}`" for c in rel.cols), *(f"`{n}`" for n in names),
+        tagged = f"to_json(struct({', '.join(f'`{n}`' for _, n in seen.values())})) AS `{tag}`"
+        keys = [f"`{n}`" for n in names]
+        outer = outer.map(*(f"`{c.internal}`" for c in rel.cols), *keys,
                           *(f"`{c.internal}` AS `{n}`" for c, n in seen.values()))
-        values = outer.map(*(f"`{n}`" for n in names + [n for _, n in seen.values()]))
-        pairs = values.distinct().join(probe, on=names).filter(cond)
-        outer = outer.map(*(f"`{c.internal}`" for c in rel.cols), *(f"`{n}`" for n in names),
-                          f"to_json(struct({inner})) AS `{tag}`")
-        return outer, pairs.map(*(f"`{n}`" for n in names),
-                                f"to_json(struct({inner})) AS `{tag}`"), names + [tag]
+        values = outer.map(*keys, *(f"`{n}`" for _, n in seen.values())).distinct()
+        pairs = values.join(probe, on=names).filter(cond)
+        return (outer.map(*(f"`{c.internal}`" for c in rel.cols), *keys, tagged),
+                pairs.map(*keys, tagged), names + [tag])
 
     # ------------------------------------------------------------------ expressions
     def _expr(self, e, rel: Rel, where: str) -> str:

@@ -18,13 +18,8 @@ SHARED = ROOT.parent / "shared"
 # is faster on a few rows. Measured here: the WCOJ property test 82 s -> 71 s. Answers do not
 # depend on it (Spark's interpreted and generated paths give the same results). Tried and
 # dropped: C1-only JIT, faster on a 40 s test but slower on the long ones.
-# The parallel collector instead of configs/cpu.conf's G1 with a small, often resized heap
-# (kept for a long-lived process's footprint): a test run is short and only its throughput
-# counts. Measured here (test_top_k + test_held's three-way test, HYPOTHESIS_PROFILE=ci, two
-# paired runs): 212 -> 176 s and 204 -> 200 s. G1's threads had used 66 CPU-seconds of a
-# 375 s run of four test modules.
 TEST_OVERRIDES = ["spark.master=local[2]", "diffspark.partitions=2",
-                  "spark.driver.memory=3g", "spark.driver.extraJavaOptions=-XX:+UseParallelGC",
+                  "spark.driver.memory=3g",
                   "spark.sql.codegen.wholeStage=false",
                   "spark.sql.codegen.factoryMode=NO_CODEGEN"]
 # `python -m executor` in a subprocess: a JVM that lives seconds on tiny data, where the

@@ -543,14 +543,12 @@ class Lowering:
         cond = " AND ".join(f"({_text(self._checked(k.copy().transform(swap), 'EXISTS'))})"
                             for k in mixed)
         tag = self.fresh("tag")
-        tagged = f"to_json(struct({', '.join(f'`{n}`' for _, n in seen.values())})) AS `{tag}`"
-        keys = [f"`{n}`" for n in names]
-        outer = outer.map(*(f"`{c.internal}`" for c in rel.cols), *keys,
-                          *(f"`{c.internal}` AS `{n}`" for c, n in seen.values()))
-        values = outer.map(*keys, *(f"`{n}`" for _, n in seen.values())).distinct()
-        pairs = values.join(probe, on=names).filter(cond)
-        return (outer.map(*(f"`{c.internal}`" for c in rel.cols), *keys, tagged),
-                pairs.map(*keys, tagged), names + [tag])
+        own, keys = [f"`{c.internal}`" for c in rel.cols], [f"`{n}`" for n in names]
+        carried = [f"`{n}`" for _, n in seen.values()]
+        tagged = f"to_json(struct({', '.join(carried)})) AS `{tag}`"
+        outer = outer.map(*own, *keys, *(f"`{c.internal}` AS `{n}`" for c, n in seen.values()))
+        pairs = outer.map(*keys, *carried).distinct().join(probe, on=names).filter(cond)
+        return outer.map(*own, *keys, tagged), pairs.map(*keys, tagged), names + [tag]
 
     # ------------------------------------------------------------------ expressions
     def _expr(self, e, rel: Rel, where: str) -> str:

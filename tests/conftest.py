@@ -96,8 +96,11 @@ def spark(conf):
 def _release_blocks():
     """After each test module, drop every cached table and persisted RDD (checkpointed
     traces of runners that are gone): otherwise they pile up in the one session's heap over
-    the whole run and later modules crawl under garbage collection."""
+    the whole run and later modules crawl under garbage collection. Where pyspark was never
+    imported (the kernel suites on a GPU machine without it) there is no session to clean."""
     yield
+    if "pyspark.sql" not in sys.modules:
+        return
     from pyspark.sql import SparkSession
     session = SparkSession.getActiveSession()
     if session is not None:

@@ -20,6 +20,7 @@ from typing import Optional
 
 from pyspark.sql import DataFrame, functions as F
 
+from executor.arrange.spine import checkpoint
 from executor.arrange.trace import View
 from executor.operators.linear.spark import q, record_columns
 from executor.operators.query import local as wcoj_local
@@ -141,13 +142,19 @@ def _extend(p: DataFrame, step: cq.Extension, bound: list[str], ctx: _Context) -
     exts = step.extenders
     if len(exts) == 1:
         return _consolidated(_propose(p, exts[0], step.var, ctx), bound + [step.var])
-    counted = p
+    # Each count reads the prefixes twice (their keys, then the join back) and each
+    # extender's branch reads the counted prefixes again, so as plain DataFrames the plan
+    # would copy the prefixes 2^len(exts) * len(exts) times per extension, compounding over
+    # a rule's extensions (a 4-clique query: thousands of copies, gigabytes of plan and that
+    # many recomputations). Both are checkpointed lazily instead, like a materialised CTE:
+    # computed once, by the first job that reads them, and read from there; no extra job.
+    counted = checkpoint(p, eager=False)
     for j, e in enumerate(exts):
         counted = _with_count(counted, e, f"{CANDIDATES}{j}", ctx)
     counts = [F.col(f"{CANDIDATES}{j}") for j in range(len(exts))]
     least = F.least(*counts)
     winner = F.coalesce(*[F.when(c == least, F.lit(j)) for j, c in enumerate(counts)])
-    counted = counted.where(least > 0).withColumn("__winner", winner)
+    counted = checkpoint(counted.where(least > 0).withColumn("__winner", winner), eager=False)
     outs = []
     for j, e in enumerate(exts):
         mine = counted.where(F.col("__winner") == j).select(*bound, TIME, DIFF)

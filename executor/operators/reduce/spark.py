@@ -17,6 +17,7 @@ from functools import reduce as fold
 from pyspark.sql import DataFrame, Window, functions as F
 from pyspark.sql.types import ArrayType, DecimalType, MapType, NumericType, StructType
 
+from executor.arrange.spine import checkpoint
 from executor.arrange.trace import View
 from executor.operators.linear import kernels
 from executor.operators.linear.spark import q, record_columns
@@ -171,10 +172,14 @@ def delta(node: ir.Reduce, view: View, pending, frontier: int, upto, time_cols, 
     grid = ready.select(*kq, F.col(TIME).alias(GT)).distinct()
     grid = grid.union(grid.select(*kq).distinct().withColumn(GT, F.lit(frontier - 1)))
     grid = grid.withColumn(NEXT, F.lead(GT).over(Window.partitionBy(*kq).orderBy(GT)))
+    # The grid is read three times (for the touched keys, by the history join and by _emit):
+    # a lazy checkpoint computes it once, in the first job that reads it, not in each
+    # broadcast's own job. One semi-join over all batches: one broadcast of the touched keys.
+    grid = checkpoint(grid, eager=False)
     touched = F.broadcast(grid.select(*kq).distinct()).alias("t")
-    history = fold(DataFrame.union, [
-        b.alias("b").join(touched, _all([same(f"b.{k}", f"t.{k}") for k in kq]), "left_semi")
-        for b in view.all()]) if view.all() else empty
+    history = fold(DataFrame.union, view.all()).alias("b").join(
+        touched, _all([same(f"b.{k}", f"t.{k}") for k in kq]), "left_semi") \
+        if view.all() else empty
     h, g = history.alias("h"), grid.alias("g")
     cond = [same(f"h.{k}", f"g.{k}") for k in kq]
     cond.append(F.col(f"h.{TIME}") <= F.col(f"g.{GT}"))

@@ -174,12 +174,10 @@ def delta(node: ir.Reduce, view: View, pending, frontier: int, upto, time_cols, 
     grid = grid.withColumn(NEXT, F.lead(GT).over(Window.partitionBy(*kq).orderBy(GT)))
     # The grid is read three times (for the touched keys, by the history join and by _emit):
     # a lazy checkpoint computes it once, in the first job that reads it, not in each
-    # broadcast's own job. One semi-join over all batches: one broadcast of the touched keys.
+    # broadcast's own job.
     grid = checkpoint(grid, eager=False)
-    touched = F.broadcast(grid.select(*kq).distinct()).alias("t")
-    history = fold(DataFrame.union, view.all()).alias("b").join(
-        touched, _all([same(f"b.{k}", f"t.{k}") for k in kq]), "left_semi") \
-        if view.all() else empty
+    batches = view.all()
+    history = _of_keys(fold(DataFrame.union, batches), grid, kq, same) if batches else empty
     h, g = history.alias("h"), grid.alias("g")
     cond = [same(f"h.{k}", f"g.{k}") for k in kq]
     cond.append(F.col(f"h.{TIME}") <= F.col(f"g.{GT}"))
@@ -201,16 +199,23 @@ def _running(view: View, ready: DataFrame, frontier: int, kq: list[str], same) -
     changes = ready.groupBy(*kq, TIME).agg(F.sum(DIFF).alias(M)).where(F.col(M) != 0)
     rows = changes
     if view.old:
-        old = fold(DataFrame.union, view.old).where(F.col(TIME) < frontier).alias("b")
-        if kq:  # the touched keys' rows (one broadcast, a job); a global count reads all
-            touched = F.broadcast(changes.select(*kq).distinct()).alias("t")
-            old = old.join(touched, _all([same(f"b.{k}", f"t.{k}") for k in kq]), "left_semi")
+        old = fold(DataFrame.union, view.old).where(F.col(TIME) < frontier)
+        if kq:  # the touched keys' rows; a global count reads all
+            old = _of_keys(old, changes, kq, same)
         rows = rows.unionByName(old.groupBy(*kq).agg(F.sum(DIFF).alias(M))
                                 .withColumn(TIME, F.lit(frontier - 1)))
     w = Window.partitionBy(*kq).orderBy(TIME)
     now = F.sum(M).over(w.rowsBetween(Window.unboundedPreceding, 0))
     running = rows.withColumn("count", now).withColumn("__prev", F.lag("count").over(w))
     return running.where(F.col(TIME) >= frontier)
+
+
+def _of_keys(rows: DataFrame, keys: DataFrame, kq: list[str], same) -> DataFrame:
+    """The rows (all of a trace's batches, as one union) whose key is among `keys`' keys: one
+    semi-join with one broadcast of the distinct keys (a job), not one per batch."""
+    touched = F.broadcast(keys.select(*kq).distinct()).alias("t")
+    return rows.alias("b").join(touched, _all([same(f"b.{k}", f"t.{k}") for k in kq]),
+                                "left_semi")
 
 
 def _counts(running: DataFrame, kq: list[str]) -> DataFrame:

@@ -35,3 +35,18 @@ def expand(xp, time, diff, stage):
 def compose(xp, first, second):
     """The single stage equal to `first` followed by `second` (whose parents index first's rows)."""
     return (gather(xp, first[0], second[0]), *expand(xp, first[1], first[2], second))
+
+
+def dense(xp, positions, values, size):
+    """An array of `size` zeros of values' dtype holding values[i] at positions[i] (ascending,
+    distinct, below size): one repeat of alternating zero gaps and values, since the standard
+    has no scatter. Lookup tables (presence bits, adjacency among hubs) are built so."""
+    if positions.shape[0] == 0:
+        return xp.zeros(size, dtype=values.dtype)
+    before = xp.concat([xp.asarray([-1], dtype=xp.int64), positions[:-1]])
+    ones = xp.ones_like(positions)
+    counts = xp.reshape(xp.stack([positions - before - 1, ones], axis=1), (-1,))
+    tail = xp.asarray([size - 1], dtype=xp.int64) - positions[-1:]
+    cells = xp.reshape(xp.stack([xp.zeros_like(values), values], axis=1), (-1,))
+    return xp.repeat(xp.concat([cells, xp.zeros(1, dtype=values.dtype)]),
+                     xp.concat([counts, tail]))

@@ -18,7 +18,7 @@ from importlib import import_module
 from . import arrow, csr, diffs, intersect, timed_index, times, wcoj
 from .backend import to_numpy
 from .consolidate import consolidate, group_starts, sort_by
-from .expand import compose, expand, gather, parents
+from .expand import compose, dense, expand, gather, parents
 
 # Modules whose public functions are kernels (backend.py holds namespace plumbing). By
 # import_module: the package re-exports functions named like two of its modules.
@@ -189,10 +189,26 @@ CASES: dict[str, Case] = {
     "multiplicity": Case(_timed_inputs, lambda xp, a: _multiplicity(xp, a)),
     "key_ranks": Case(_timed_inputs, lambda xp, a: timed_index.key_ranks(
         xp, _timed_index(xp, a), csr.row_ranges(xp, _timed_index(xp, a).csr, a["q"])[0])),
-    "extend_as_of": Case(_timed_inputs, lambda xp, a: timed_index.extend_as_of(
+    "extend_as_of": Case(_timed_inputs, lambda xp, a: (timed_index.extend_as_of(
         xp, [a["q"], a["v"]], a["t"], a["pd"], [_timed_index(xp, a), _timed_index(xp, a, 1)],
-        ["new", "old"])),
+        ["new", "old"]), _settled_extension(xp, a))),
+    "dense": Case(lambda r, n: {"at": np.unique(_ints(r, n, 0, 4 * n + 1)),
+                                "x": _ints(r, n, 1, 256)},
+                  lambda xp, a: dense(xp, a["at"], xp.astype(a["x"][:a["at"].shape[0]], xp.uint8),
+                                      int(a["at"][-1]) + 3 if a["at"].shape[0] else 2)),
 }
+
+
+def _settled_extension(xp, a):
+    """Through two settled indexes, one with presence bits for its heaviest keys (as big
+    steps build them) and one with unit diffs."""
+    ones = xp.ones_like(a["diff"])
+    bits = timed_index.build_timed_index(xp, a["key"], a["value"], a["time"], a["diff"],
+                                         True, hub_bits=4 * int(a["key"].shape[0]))
+    unit = timed_index.build_timed_index(xp, a["key"], a["value"], a["time"], ones, True,
+                                         hub_bits=2 * int(a["key"].shape[0]))
+    return timed_index.extend_as_of(xp, [a["q"], a["v"]], a["t"], a["pd"], [bits, unit],
+                                    ["new", "new"])
 
 
 def _multiplicity(xp, a):

@@ -34,6 +34,7 @@ SORT = 8  # passes per 64-bit sort key (8-bit radix digits, keys + permutation)
 MODELS: dict[str, Model] = {
     "parents": Model(2, 2, what="prefix sum of counts, then one write per output row"),
     "gather": Model(1, 1, what="one random read per output element"),
+    "dense": Model(3, 3, what="gaps and values interleaved, then one repeat into the table"),
     "expand": Model(2, 4, what="gather parents' times and diffs, max and checked multiply"),
     "compose": Model(3, 6, what="gather, then expand"),
     "join_times": Model(1, 1, what="element-wise max per coordinate"),

@@ -23,7 +23,7 @@ from math import isqrt
 
 from .consolidate import sort_by
 from .csr import row_ranges
-from .expand import parents
+from .expand import dense, parents
 from .intersect import contains, lower_bound
 
 _MAX_COMPOSITE = 3037000499  # largest n with n * n < 2**63: composite keys a * n + b fit int64
@@ -168,17 +168,17 @@ def _closing_wedges(xp, u, v, key, n, chunk_rows, table_bytes, method, with_edge
     hub = n - k  # the k highest ranks are hubs
     table = _hub_table(xp, u, v, int(offsets[hub]), hub, k)
     last = xp.asarray(m - 1, dtype=xp.int64)
-    for dense in (True, False):
-        sel = xp.nonzero((v >= hub) == dense)[0]  # edges whose middle vertex is a hub, or not
+    for in_table in (True, False):
+        sel = xp.nonzero((v >= hub) == in_table)[0]  # edges whose middle vertex is a hub, or not
         mid = xp.take(v, sel)
-        if not dense:
+        if not in_table:
             by_mid = xp.argsort(mid)
             sel, mid = xp.take(sel, by_mid), xp.take(mid, by_mid)
         # per edge, what plus w gives: the table cell / the composite key / v (ranges)
-        base = (mid - hub) * k - hub if dense else mid * n if method == "searchsorted" else mid
+        base = (mid - hub) * k - hub if in_table else mid * n if method == "searchsorted" else mid
         per_edge = [base, sel] if with_edge else [base]
         for w, base, *edge in _wedges(xp, v, sel, xp.take(wedges, sel), chunk_rows, per_edge):
-            if dense:
+            if in_table:
                 closed = xp.take(table, base + w)
             elif method == "searchsorted":
                 want = base + w
@@ -190,17 +190,10 @@ def _closing_wedges(xp, u, v, key, n, chunk_rows, table_bytes, method, with_edge
 
 def _hub_table(xp, u, v, start, hub, k):
     """Flat k * k bool adjacency of the oriented edges among ranks >= hub: cell
-    (a - hub) * k + (b - hub). Those edges are the suffix from `start` of the sorted edges;
-    the table is one repeat of alternating False gaps and True cells (no scatter needed)."""
-    cells = (u[start:] - hub) * k + (v[start:] - hub)  # ascending
-    if cells.shape[0] == 0:
-        return xp.zeros(k * k, dtype=xp.bool)
-    before = xp.concat([xp.asarray([-1], dtype=xp.int64), cells[:-1]])
-    ones = xp.ones_like(cells)
-    counts = xp.reshape(xp.stack([cells - before - 1, ones], axis=1), (-1,))
-    tail = xp.asarray([k * k - 1], dtype=xp.int64) - cells[-1:]
-    truth = xp.reshape(xp.stack([ones == 0, ones == 1], axis=1), (-1,))
-    return xp.repeat(xp.concat([truth, xp.zeros(1, dtype=xp.bool)]), xp.concat([counts, tail]))
+    (a - hub) * k + (b - hub). Those edges are the suffix from `start` of the sorted edges,
+    so their cells ascend."""
+    cells = (u[start:] - hub) * k + (v[start:] - hub)
+    return dense(xp, cells, xp.ones(cells.shape[0], dtype=xp.bool), k * k)
 
 
 def _wedges(xp, v, sel, counts, chunk_rows, per_edge):

@@ -10,6 +10,7 @@ from test_query import K4, QUERIES, edge_updates, flow_of, interpret
 
 from conftest import host, i64
 from executor.operators.query import delta_rules
+from gpu_kernels import timed_index
 from gpu_kernels.csr import row_ranges
 from gpu_kernels.timed_index import build_timed_index, extend_as_of, multiplicity
 from plans.query import delta_rules as rules_of, run_rules_python
@@ -36,22 +37,27 @@ def lookup_in(xp, updates):
     return lookup
 
 
-def run_arrays(xp, text, order, updates, chunk_rows=1 << 21):
+def run_arrays(xp, text, order, updates, chunk_rows=1 << 21, threads=1):
     _, c = flow_of(text, order)
     query = c.node.query
     rules = rules_of(query, c.node.order)
     seeds = {"g": ([i64(xp, [r[k] for r, _, _ in updates]) for k in range(2)],
                    i64(xp, [t for _, t, _ in updates]), i64(xp, [d for _, _, d in updates]))}
     cols, t, d = delta_rules.run(xp, query, rules, seeds, lookup_in(xp, {"g": updates}),
-                                 chunk_rows)
+                                 chunk_rows, threads=threads)
     got = consolidate(list(zip(zip(*[host(xp, c) for c in cols]), host(xp, t), host(xp, d))))
     return got, c
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(updates=edge_updates, query=st.sampled_from(QUERIES), chunk=st.sampled_from([1, 3, 1 << 21]))
-def test_array_rules_equal_python_rules_and_interpreter(xp, updates, query, chunk):
-    got, c = run_arrays(xp, *query, updates, chunk)
+@given(updates=edge_updates, query=st.sampled_from(QUERIES), chunk=st.sampled_from([1, 3, 1 << 21]),
+       threads=st.sampled_from([1, 2]), hubs=st.booleans())
+def test_array_rules_equal_python_rules_and_interpreter(xp, monkeypatch, updates, query, chunk,
+                                                       threads, hubs):
+    """Chunks on one thread or two; settled indexes with presence bits for their heaviest keys
+    (hubs: as a big step builds them, here at any size) or without."""
+    monkeypatch.setattr(timed_index, "_HUB_ROWS", 1 if hubs else 1 << 16)
+    got, c = run_arrays(xp, *query, updates, chunk, threads)
     rules = rules_of(c.node.query, c.node.order)
     assert got == consolidate(run_rules_python(c.node.query, rules, {"g": updates}))
     assert got == interpret(c.node, updates)
@@ -119,3 +125,32 @@ def test_multiplicity_packed_and_lockstep_agree_with_brute_force(xp, rows, asked
     for index in (ix, settled, settled._replace(codes=None, pack=None)):
         lo, hi = row_ranges(xp, index.csr, keys)
         assert host(xp, multiplicity(xp, index, lo, hi, values, late, reads)) == want
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 5), st.integers(-4, 9), st.integers(-2, 2)),
+                     max_size=40),
+       asked=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6), st.integers(-2, 2)),
+                      min_size=1, max_size=8),
+       bits=st.sampled_from([0, 1, 14, 40, 1 << 12]))
+def test_settled_extension_with_presence_bits_equals_brute_force(xp, rows, asked, bits):
+    """Two settled indexes over the same pairs (hub_bits: none, one key's row, some keys,
+    every key): each prefix (key_a, key_b) extends to the values both hold, with the product
+    of its diff and both multiplicities (a zero-sum pair is absent)."""
+    sums: dict = {}
+    for k, v, d in rows:
+        sums[(k, v)] = sums.get((k, v), 0) + d
+    cols = [i64(xp, [r[j] for r in rows]) for j in range(2)]
+    diff = i64(xp, [r[2] for r in rows])
+    index = build_timed_index(xp, *cols, xp.zeros_like(diff), diff, True, hub_bits=bits)
+    if bits and rows and any(sums.values()):
+        assert index.hubs is not None or bits < index.pack[1]
+    keys = [i64(xp, [a[j] for a in asked]) for j in range(2)]
+    t, pd = xp.zeros_like(keys[0]), i64(xp, [a[2] for a in asked])
+    parent, value, d = extend_as_of(xp, keys, t, pd, [index, index], ["new", "new"])
+    got: dict = {}
+    for p, v, x in zip(host(xp, parent), host(xp, value), host(xp, d)):
+        got[(p, v)] = got.get((p, v), 0) + x
+    want = {(j, v): a[2] * sums[(a[0], v)] * sums.get((a[1], v), 0)
+            for j, a in enumerate(asked) for (k, v) in sums if k == a[0]}
+    assert {k: x for k, x in got.items() if x} == {k: x for k, x in want.items() if x}

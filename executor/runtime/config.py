@@ -49,6 +49,7 @@ HOST_STEP_ROWS_KEY = "diffspark.host.step_rows"
 DEFAULT_HOST_STEP_ROWS = 5_000_000
 HOST_MIRROR_ROWS_KEY = "diffspark.host.mirror_rows"
 DEFAULT_HOST_MIRROR_ROWS = 20_000_000
+HOST_THREADS_KEY = "diffspark.host.threads"
 OUTPUT_HISTORY_KEY = "diffspark.output.history"
 OUTPUT_HISTORIES = ("all", "current")
 
@@ -151,6 +152,12 @@ def host_step_rows(conf: Mapping[str, str]) -> int:
 def host_mirror_rows(conf: Mapping[str, str]) -> int:
     """The most records an arrangement may hold for the driver to mirror it."""
     return _positive_int(conf, HOST_MIRROR_ROWS_KEY, DEFAULT_HOST_MIRROR_ROWS)
+
+
+def host_threads(conf: Mapping[str, str]) -> int:
+    """Threads a driver step runs independent chunks of numpy kernels on (numpy releases
+    the GIL in them); default: the driver machine's cores."""
+    return _positive_int(conf, HOST_THREADS_KEY, os.cpu_count() or 1)
 
 
 def output_history(conf: Mapping[str, str]) -> str:

@@ -15,6 +15,7 @@ Constants arrive as codes of their column's type. Times are one int64 coordinate
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -57,10 +58,11 @@ class _Prefixes:
 
 
 def run(xp, query: cq.Query, rules, seeds: dict, lookup: Lookup, chunk_rows: int = 1 << 21,
-        null: Optional[int] = None):
+        null: Optional[int] = None, threads: int = 1):
     """The query's output changes from each rule's seeds: seeds[relation] = (columns, time,
     diff) of the updates at the times the rules run. Returns (head columns, time, diff),
-    consolidated. With `null`, rows binding a joined variable to it are dropped."""
+    consolidated. With `null`, rows binding a joined variable to it are dropped. A big
+    extension's chunks run on up to `threads` threads (for numpy; one for a device)."""
     unbound = _Nulls(null, joined(query) if null is not None else frozenset())
     states = [(rule, _seed(xp, rule, *seeds[rule.relation], unbound)) for rule in rules]
     wants: dict = {}
@@ -78,7 +80,7 @@ def run(xp, query: cq.Query, rules, seeds: dict, lookup: Lookup, chunk_rows: int
                     wants.setdefault(_request(e), []).append([p.vars[v] for _, v in e.key])
         got = lookup(wants) if wants else {}
         states = [(rule, _extended(xp, rule.steps[depth], p, got, chunk_rows,
-                                   _live(rule, depth, query.head), unbound))
+                                   _live(rule, depth, query.head), unbound, threads))
                   if depth < len(rule.steps) else (rule, p) for rule, p in states]
     cols = [xp.concat([p.vars[v] for _, p in states]) for v in query.head]
     t = xp.concat([p.t for _, p in states])
@@ -155,18 +157,24 @@ def _validated(xp, rule: cq.DeltaRule, p: _Prefixes, got: dict) -> _Prefixes:
 
 
 def _extended(xp, step: cq.Extension, p: _Prefixes, got: dict, chunk_rows: int,
-              live: set, unbound: _Nulls) -> _Prefixes:
-    indices, keys = [], []
-    for e in step.extenders:
-        key_cols, value, t, d = _seen(xp, got[_request(e)], p.t, e.reads)
+              live: set, unbound: _Nulls, threads: int) -> _Prefixes:
+    seen = [_seen(xp, got[_request(e)], p.t, e.reads) for e in step.extenders]
+    if any(rows[2].shape[0] == 0 for rows in seen):  # an extender with no candidates
+        return _none(xp, p, step.var, live)
+    indices, keys, built = [], [], {}
+    for e, (key_cols, value, t, d) in zip(step.extenders, seen):
         rows, prefix = codes(xp, key_cols, [p.vars[v] for _, v in e.key], t.shape[0],
                               p.t.shape[0])
-        indices.append(_index(xp, rows, value, t, d, p.t, e.reads))
+        same = (_request(e), e.reads) if len(e.key) == 1 else None  # rows are the column
+        if same not in built or same is None:
+            built[same] = _index(xp, rows, value, t, d, p.t, e.reads)
+        indices.append(built[same])
         keys.append(prefix)
     reads = [e.reads for e in step.extenders]
-    parts = []
     ranges = [row_ranges(xp, ix.csr, k) for ix, k in zip(indices, keys)]
-    for lo, hi in _chunks(xp, ranges, chunk_rows):
+
+    def chunk(bounds) -> _Prefixes:
+        lo, hi = bounds
         parent, value, d = extend_as_of(xp, None, p.t[lo:hi], p.d[lo:hi], indices, reads,
                                         [(a[lo:hi], b[lo:hi]) for a, b in ranges])
         grown = p.take(xp, parent + lo)
@@ -175,12 +183,24 @@ def _extended(xp, step: cq.Extension, p: _Prefixes, got: dict, chunk_rows: int,
             grown = grown.take(xp, xp.nonzero(value != unbound.code)[0])
         grown = _filtered(xp, grown, step.comparisons)
         kept = {v: a for v, a in grown.vars.items() if v in live}
-        parts.append(_consolidated(xp, _Prefixes(kept, grown.t, grown.d)))
+        return _consolidated(xp, _Prefixes(kept, grown.t, grown.d))
+
+    chunks = _chunks(xp, ranges, chunk_rows)
+    if threads > 1 and len(chunks) > 1:  # numpy releases the GIL inside its array loops
+        with ThreadPoolExecutor(min(threads, len(chunks))) as pool:
+            parts = list(pool.map(chunk, chunks))
+    else:
+        parts = [chunk(c) for c in chunks]
     if not parts:
-        return _Prefixes({v: xp.zeros(0, dtype=xp.int64) for v in [*p.vars, step.var]
-                          if v in live}, p.t[:0], p.d[:0])
+        return _none(xp, p, step.var, live)
     return _Prefixes({v: xp.concat([q.vars[v] for q in parts]) for v in parts[0].vars},
                      xp.concat([q.t for q in parts]), xp.concat([q.d for q in parts]))
+
+
+def _none(xp, p: _Prefixes, var: str, live: set) -> _Prefixes:
+    """No prefixes, with the columns an extension by `var` keeps."""
+    return _Prefixes({v: xp.zeros(0, dtype=xp.int64) for v in [*p.vars, var] if v in live},
+                     p.t[:0], p.d[:0])
 
 
 def _seen(xp, rows: tuple, t, reads: str) -> tuple:

@@ -2,11 +2,13 @@
 constants as value codes (codes.py) and index rows looked up in the arrangements' mirrors."""
 from __future__ import annotations
 
+from array_api_compat import is_numpy_namespace
 from pyspark.sql.types import StructField
 
 from executor.arrange.changes import Changes, updates_schema
 from executor.arrange.encoding import NULL_CODE
 from executor.operators.query import codes, delta_rules
+from executor.runtime.config import host_threads
 from plans import ir, query as cq
 
 
@@ -44,8 +46,9 @@ def delta(step, node: ir.Query) -> Changes:
                         xp.take(value, rows), xp.take(run.t, rows), xp.take(run.d, rows))
         return out
 
+    threads = host_threads(step.runner.conf) if is_numpy_namespace(xp) else 1
     cols, t, d = delta_rules.run(xp, query, cq.delta_rules(query, node.order), seeds,
-                                 lookup, null=NULL_CODE)
+                                 lookup, null=NULL_CODE, threads=threads)
     joined = delta_rules.joined(query)
     fields = []
     for v in query.head:

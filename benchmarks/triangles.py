@@ -241,12 +241,18 @@ def run_incremental(args) -> dict:
     keys = [k for k in ("diffspark_s", "duckdb_delta_s", "kernel_recount_s")
             if all(b[k] is not None for b in rows)]
     return {"edges": args.rows, "batch_size": args.batch_size, "load_s": ours["load_s"],
+            "duckdb_first": _checked(peers.get("duckdb_first"), peers["before"]),
             "duckdb_form": DUCKDB_FORM,
             "conf": args.incremental_conf, "load_correct": ours["before"] == peers["before"],
             "load_memory": ours["load_memory"], "batches_memory": ours["batches_memory"],
             "peers_memory": peers["memory"], "state": ours["state"], "batches": rows,
             "median": {k: round(med(k), 3) for k in keys},
             "p90": {k: round(p90(k), 3) for k in keys}}
+
+
+def _checked(first: Optional[dict], count: int) -> Optional[dict]:
+    """DuckDB's whole count of the first step, marked against the kernel's count."""
+    return None if first is None else {**first, "correct": first["triangles"] == count}
 
 
 def change_batches(src, dst, args) -> list[tuple[list, list]]:
@@ -319,6 +325,11 @@ def _peers_run(src, dst, batches) -> dict:
     except ImportError:
         duckdb = None
     present = oriented(src, dst)
+    first = None
+    if duckdb is not None:  # the first step's peer: the same graph loaded and counted whole
+        started = time.perf_counter()
+        first = {"triangles": duckdb_count(src, dst, 600),
+                 "seconds": round(time.perf_counter() - started, 3)}
     with common.PeakMemory() as mem:
         edges = np.array(sorted(present), dtype=np.int64)
         if duckdb is not None:
@@ -341,7 +352,7 @@ def _peers_run(src, dst, batches) -> dict:
             duck_text = "-" if duck_s is None else f"{duck_s:.2f}"
             print(f"  batch {len(out)}: duckdb delta {duck_text} s, recount "
                   f"{out[-1]['kernel_recount_s']:.2f} s -> {recount}", flush=True)
-    return {"before": before, "batches": out, "memory": mem.as_dict()}
+    return {"before": before, "batches": out, "memory": mem.as_dict(), "duckdb_first": first}
 
 
 def _state(runner) -> dict:
@@ -525,6 +536,13 @@ def report(payload: dict) -> str:
         out.append(f"incremental: {inc['edges']:,} edges loaded in {inc['load_s']} s, then "
                    f"{len(inc['batches'])} batches of {inc['batch_size']} changes; each side "
                    f"in its own process, peak memory of that process tree{conf}")
+        first = inc.get("duckdb_first")
+        if first:
+            out.append(f"first step (the whole graph at one time): diffspark {inc['load_s']} s; "
+                       f"DuckDB loading the edges and counting them whole (degree-ordered "
+                       f"joins, as in the static table) {first['seconds']} s, "
+                       f"(DuckDB / diffspark {first['seconds'] / inc['load_s']:.2f}x); counts equal: "
+                       f"{'yes' if first['correct'] else 'NO'}")
         mem, peers = inc["batches_memory"], inc["peers_memory"]["peak_total_mib"]
         out.append(common.markdown_table(
             ["system", "median s", "p90 s", "peak MiB"],

@@ -6,7 +6,10 @@ at most 50 ms).
 
     PYTHONPATH=. .venv/bin/python benchmarks/relational.py --rows 1000000 --steps 10
 
-`--rows` is the number of orders (a tenth as many customers).
+`--rows` is the number of orders (a tenth as many customers). `--views revenue` keeps a
+subset of the views (there: a join + sum alone), for every system; `--conf
+diffspark.host.step_rows=0` runs diffspark's every step on the Spark placement (issue "One
+engine, part 2": a join + sum step on that placement at 1M and 4M orders).
 
 Each system runs in its own process on the same seeded data and steps:
 - diffspark: one Runner, the load as a first step, then each step's changes as a pyarrow
@@ -135,17 +138,20 @@ def run_diffspark(args) -> dict:
     o = flow.input("orders", ORDERS)
     c = flow.input("customers", CUSTOMERS)
     joined = o.arrange_by_key("c_id").join(c.arrange_by_key("c_id"), on=["c_id"])
-    flow.output("revenue", joined.sum("total", by=["segment"]))
-    flow.output("orders_per_segment", joined.count(by=["segment"]))
-    flow.output("top_customers", joined.sum("total", by=["segment", "c_id"]).top_k(
-        TOP, order_by="total DESC", by=["segment"]))
-    flow.output("idle_customers", c.antijoin(o, on=["c_id"]))
+    views = {
+        "revenue": lambda: joined.sum("total", by=["segment"]),
+        "orders_per_segment": lambda: joined.count(by=["segment"]),
+        "top_customers": lambda: joined.sum("total", by=["segment", "c_id"]).top_k(
+            TOP, order_by="total DESC", by=["segment"]),
+        "idle_customers": lambda: c.antijoin(o, on=["c_id"])}
+    for name in args.views:
+        flow.output(name, views[name]())
     overrides = [f"diffspark.host.step_rows={max(100_000, args.orders + 1)}", *args.conf]
     runner = Runner(flow, conf=args.profile, overrides=overrides)
-    state = {name: {} for name in QUERIES}
+    state = {name: {} for name in args.views}
 
     def absorb(result) -> dict:
-        for name in QUERIES:
+        for name in args.views:
             table = result.arrow(name)
             cols = [c for c in table.column_names if c not in ("time", "diff")]
             rows = zip(*[table.column(c).to_pylist() for c in cols + ["diff"]])
@@ -161,7 +167,7 @@ def run_diffspark(args) -> dict:
     files = tempfile.mkdtemp(prefix="relational-feed-")
     started = time.perf_counter()
     result = runner.step({"orders": work.orders, "customers": work.customers}, upto=1)
-    tables = {name: result.arrow(name) for name in QUERIES}
+    tables = {name: result.arrow(name) for name in args.views}
     load = time.perf_counter() - started
     out = {"load_s": load, "load_on_driver": result.host, "steps": [],
            "digests": [absorb(result)]}
@@ -175,7 +181,7 @@ def run_diffspark(args) -> dict:
         source = fed(runner, batch, args.feed, files, t)
         started = time.perf_counter()
         result = runner.step({"orders": source}, upto=t + 1)
-        answers = {name: result.arrow(name) for name in QUERIES}
+        answers = {name: result.arrow(name) for name in args.views}
         seconds = time.perf_counter() - started
         del answers
         out["steps"].append({"seconds": seconds, "on_driver": result.host,
@@ -223,7 +229,7 @@ def run_duckdb(args) -> dict:
     con.execute('CREATE TABLE orders (o_id BIGINT PRIMARY KEY, c_id BIGINT, status VARCHAR, '
                 'total DECIMAL(12,2), placed DATE, "at" TIMESTAMPTZ)')
     con.execute("INSERT INTO orders SELECT * FROM load_orders")
-    answers = {name: con.execute(q).fetchall() for name, q in QUERIES.items()}
+    answers = {name: con.execute(QUERIES[name]).fetchall() for name in args.views}
     out = {"load_s": time.perf_counter() - started, "steps": [],
            "digests": [{n: digest(rows) for n, rows in answers.items()}]}
     for _ in range(args.steps):
@@ -231,7 +237,7 @@ def run_duckdb(args) -> dict:
         started = time.perf_counter()
         con.execute("DELETE FROM orders WHERE o_id IN (SELECT o_id FROM gone)")
         con.execute("INSERT INTO orders SELECT * FROM new")
-        answers = {name: con.execute(q).fetchall() for name, q in QUERIES.items()}
+        answers = {name: con.execute(QUERIES[name]).fetchall() for name in args.views}
         out["steps"].append({"seconds": time.perf_counter() - started})
         out["digests"].append({n: digest(rows) for n, rows in answers.items()})
     out["version"] = duckdb.__version__
@@ -253,8 +259,8 @@ def run_spark_sql(args) -> dict:
 
     def answer(frame):
         frame.createOrReplaceTempView("orders")
-        return {name: digest(tuple(r) for r in spark.sql(q).collect())
-                for name, q in QUERIES.items()}
+        return {name: digest(tuple(r) for r in spark.sql(QUERIES[name]).collect())
+                for name in args.views}
 
     out = {"load_s": None, "steps": [], "digests": [answer(orders)]}
     out["load_s"] = time.perf_counter() - started
@@ -316,11 +322,18 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
                         help="how each step's changes reach diffspark's step (see above)")
     parser.add_argument("--peers", default="duckdb,spark_sql",
                         help="comma-separated peers to run beside diffspark")
+    parser.add_argument("--views", default=",".join(QUERIES),
+                        help=f"comma-separated views to keep (of {', '.join(QUERIES)})")
     args = parser.parse_args(argv)
     args.orders = args.rows
+    args.views = [v for v in args.views.split(",") if v]
+    unknown = sorted(set(args.views) - set(QUERIES))
+    if unknown or not args.views:
+        parser.error(f"--views: unknown {unknown}; choose from {', '.join(QUERIES)}")
     payload = common.header("relational", argv, peers=("duckdb",))
     payload["params"] = {"orders": args.orders, "steps": args.steps, "changes": args.changes,
-                         "seed": args.seed, "top": TOP, "feed": args.feed}
+                         "seed": args.seed, "top": TOP, "feed": args.feed,
+                         "views": args.views}
     results = {"diffspark": run_alone("diffspark", args)}
     for peer in [p for p in args.peers.split(",") if p]:
         results[peer] = run_alone(peer, args)
@@ -352,17 +365,23 @@ def report(payload: dict) -> str:
     """The README's table for this benchmark."""
     s = payload["summary"]
     ms = (lambda v: None if v is None else round(1000 * v, 1))
-    rows = [["diffspark (driver placement)", s["diffspark_load_s"],
+    p = payload["params"]
+    on_driver = s["steps_on_driver"]
+    placement = "driver placement" if on_driver == p["steps"] else \
+        "Spark placement" if on_driver == 0 else "driver and Spark placements"
+    rows = [[f"diffspark ({placement})", s["diffspark_load_s"],
              ms(s["diffspark_median_step_s"]), ms(s["diffspark_p90_step_s"]), None]]
     for peer, label in (("duckdb", "DuckDB, recomputed"), ("spark_sql", "Spark SQL, recomputed")):
         if f"{peer}_median_step_s" in s:
             rows.append([label, s[f"{peer}_load_s"], ms(s[f"{peer}_median_step_s"]), None,
                          s[f"{peer}_over_diffspark"]])
-    p = payload["params"]
     feed = {"table": "", "parquet": " (each given to `step` as a Parquet file)",
             "frame": " (each given to `step` as `spark.read.parquet(file)`)"}[
         p.get("feed", "table")]
-    title = (f"{p['orders']:,} orders, {p['steps']} steps of {p['changes']:,} changes{feed}; "
+    views = p.get("views", list(QUERIES))
+    kept = "" if views == list(QUERIES) else f"; views: {', '.join(views)}"
+    title = (f"{p['orders']:,} orders, {p['steps']} steps of {p['changes']:,} changes{feed}"
+             f"{kept}; "
              f"{s['steps_on_driver']} steps on the driver; answers equal to diffspark's: "
              f"{', '.join(k for k, ok in payload['correct'].items() if ok and k != 'diffspark')}")
     table = common.markdown_table(

@@ -57,6 +57,7 @@ def test_array_rules_equal_python_rules_and_interpreter(xp, monkeypatch, updates
     """Chunks on one thread or two; settled indexes with presence bits for their heaviest keys
     (hubs: as a big step builds them, here at any size) or without."""
     monkeypatch.setattr(timed_index, "_HUB_ROWS", 1 if hubs else 1 << 16)
+    monkeypatch.setattr(delta_rules, "_ROWS_PER_PREFIX", 1 << 30 if hubs else 8)
     got, c = run_arrays(xp, *query, updates, chunk, threads)
     rules = rules_of(c.node.query, c.node.order)
     assert got == consolidate(run_rules_python(c.node.query, rules, {"g": updates}))

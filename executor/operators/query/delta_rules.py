@@ -42,6 +42,8 @@ class Request:
 # lookup({request: [key tuples as arrays]}) -> {request: (key columns, value, time, diff)}
 Lookup = Callable[[dict], dict]
 
+_ROWS_PER_PREFIX = 8  # a settled index of at most this many rows per prefix gets presence bits
+
 _OPS = {"<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal",
         "=": "equal", "!=": "not_equal"}
 
@@ -221,9 +223,12 @@ def _seen(xp, rows: tuple, t, reads: str) -> tuple:
 def _index(xp, key, value, times, d, t, reads: str):
     """The timed index of rows a relation's prefixes (times `t`) read; settled when every
     prefix sees every row (a big step's own updates read as of `time <= t`, a step of one
-    time reading the older history), so a multiplicity is one search."""
+    time reading the older history), so a multiplicity is one search. Presence bits for
+    its heaviest keys pay for their building only where the prefixes are many against the
+    rows (a big step; a small step probes a big index a few thousand times)."""
     settled = t.shape[0] > 0 and bool(xp.all(visible(xp, times, xp.min(t), reads)))
-    return build_timed_index(xp, key, value, times, d, settled)
+    many = t.shape[0] * _ROWS_PER_PREFIX >= key.shape[0]
+    return build_timed_index(xp, key, value, times, d, settled, None if many else 0)
 
 
 def _chunks(xp, ranges, chunk_rows: int):

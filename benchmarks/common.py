@@ -258,7 +258,21 @@ def isolated(fn, *args):
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(fn, *args).result()
+        return pool.submit(_reported, fn, *args).result()
+
+
+class PeerFailed(RuntimeError):
+    """A peer's process failed: its traceback as text (a Py4J error cannot be pickled back,
+    and would arrive as "cannot pickle '_thread.RLock' object" instead)."""
+
+
+def _reported(fn, *args):
+    try:
+        return fn(*args)
+    except Exception:  # noqa: BLE001 - re-raised in the parent with its traceback
+        import traceback
+        raise PeerFailed(f"{getattr(fn, '__name__', fn)} failed:\n"
+                         f"{traceback.format_exc()}") from None
 
 
 def ratio(num: float, den: float) -> Optional[float]:

@@ -387,7 +387,7 @@ def report(payload: dict) -> str:
     table = common.markdown_table(
         ["system", "load s", "median step ms", "p90 step ms", "peer / diffspark"], rows)
     lines = [title, table]
-    if "state_bytes" in s:
+    if s.get("raw_int64_bytes"):  # state on the driver (none when every step ran on Spark)
         lines.append(f"State on the driver after the last step: {s['state_bytes'] / 2**20:,.1f} "
                      f"MiB in the traces' mirrors, {s['state_vs_raw_int64']}x the raw int64 "
                      f"size of their arranged columns (goal <= 2x: "

@@ -541,7 +541,8 @@ def report(payload: dict) -> str:
             out.append(f"first step (the whole graph at one time): diffspark {inc['load_s']} s; "
                        f"DuckDB loading the edges and counting them whole (degree-ordered "
                        f"joins, as in the static table) {first['seconds']} s, "
-                       f"(DuckDB / diffspark {first['seconds'] / inc['load_s']:.2f}x); counts equal: "
+                       f"(DuckDB / diffspark {first['seconds'] / inc['load_s']:.2f}x); "
+                       "counts equal: "
                        f"{'yes' if first['correct'] else 'NO'}")
         mem, peers = inc["batches_memory"], inc["peers_memory"]["peak_total_mib"]
         out.append(common.markdown_table(

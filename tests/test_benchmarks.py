@@ -214,3 +214,22 @@ def test_tpch_benchmark_smoke(tmp_path):
     assert payload["correct"] and set(payload["queries"]) == {"q06", "q13"}
     assert payload["queries"]["q13"]["duckdb_equal"] and payload["refused"] == {}
     assert "median refresh ms" in tpch.report(payload)
+
+
+@pytest.mark.slow
+def test_big_steps_benchmark_smoke(tmp_path):
+    """One big count step on both placements and both peers: every system's counts agree
+    (the benchmark fails otherwise), the driver placement's step ran on the driver and the
+    Spark placement's did not."""
+    pytest.importorskip("duckdb")
+    from benchmarks import big_steps
+
+    out = tmp_path / "big_steps.json"
+    payload = big_steps.main(["--rows", "3000", "--keys", "50", "--conf",
+                              "diffspark.partitions=2", "--conf", "spark.master=local[2]",
+                              "--out", str(out)])
+    res = payload["results"]
+    assert payload["correct"] and res["DuckDB GROUP BY"]["groups"] == 50
+    assert res["diffspark (driver placement)"]["on_driver"]
+    assert not res["diffspark (Spark placement)"]["on_driver"]
+    assert "updates/s" in big_steps.report(payload)

@@ -37,7 +37,7 @@ from executor.operators.iterate import spark as iterate
 from executor.operators.join import spark as join
 from executor.operators.linear import spark as linear
 from executor.operators.query import spark as wcoj
-from executor.operators.reduce import product as reduce_product, spark as reduce_ops
+from executor.operators.reduce import product as reduce_product, spark as reduce_ops, spark_totals
 from executor.operators.reduce.counted import appended as count_appended, counted
 from executor.runtime import limits
 from executor.runtime.config import (OUTPUT_HISTORY_KEY, kernel_backend, load_conf,
@@ -234,9 +234,16 @@ class Runner:
                                         step.scope.round, step.time_cols,
                                         kids[0].limit(0), self.backend)
         if isinstance(node, ir.Reduce):
+            owned = not step.resolving and isinstance(node.input, ir.Arrange) and \
+                node.input not in self._counted
+            if owned and node in step.empty:  # nothing changed: its totals hold to upper
+                spark_totals.carried(step.commits[node.input], node.reduction, step.upper)
+            owned = owned and node not in step.empty
             out, pending = reduce_ops.delta(node, step.views[node.input], _held(step.state, node),
                                             step.lower, step.upto, step.time_cols,
-                                            kids[0].limit(0), self.backend)
+                                            kids[0].limit(0), self.backend,
+                                            step.commits[node.input] if owned else None,
+                                            None if step.resolving else self.node_schemas[node])
             if not step.resolving:  # materialised with the step's outputs
                 step.pending[node] = None if node in step.empty or \
                     not holds_back(node, self._late) else pending

@@ -206,3 +206,46 @@ def test_a_decimal_total_beyond_its_type_is_refused_as_spark_refuses_it(spark, c
     else:
         raise AssertionError("a DECIMAL(16, 2) total of 2e14 was accepted")
     assert outputs_rows(runner, ["sum_c"])["sum_c"] == [(("a", Decimal("19999.98")), 0, 1)]
+
+
+def test_a_spark_step_reads_the_totals_it_changes_and_regroups_only_unsure_keys(
+        spark, conf, monkeypatch):
+    """On the Spark placement (executor/operators/reduce/spark_totals.py): after a load, a
+    step of changes to groups that keep records is answered from the totals, without the
+    grid path that reads the groups; a step that empties a group re-evaluates that key
+    alone from its group (a zero weight does not prove it empty); a driver step between
+    them leaves totals that the next Spark step rebuilds. Checked against the reference."""
+    from executor.operators.reduce import spark as grid
+    from executor.reference import reference
+
+    flow = Dataflow()
+    s = flow.input("s", S)
+    flow.output("sum_p", s.sum("p", by=["k"]))
+    flow.output("agg", s.aggregate(by=["k"], n="count(*)", sx="sum(x)", nx="count(x)"))
+    regrouped = []
+    real = grid._regrouped
+    monkeypatch.setattr(grid, "_regrouped", lambda node, view, ready, *a: regrouped.append(
+        sorted(r[0] for r in ready.select("k").distinct().collect())) or
+        real(node, view, ready, *a))
+    load = [_u(0, 1, k="abc"[i % 3], g=i, x=i, p=f"{i}.00") for i in range(300)]
+    steps = [
+        load,
+        [_u(1, -1, g=2, k="c", x=2, p="2.00"), _u(1, 1, k="b", g=999, x=None, p="7.00"),
+         _u(1, 1, k="d", g=5, x=5, p=None)],  # a new key; its sum_p is NULL: regrouped
+        [_u(2, -1, k="d", g=5, x=5, p=None)],  # "d" empties: regrouped, "d" alone
+        [_u(3, 1, k="a", g=7, x=1, p="1.00")],  # on the driver, then Spark rebuilds
+        [_u(4, 2, k="a", g=8, x=3, p="3.00"), _u(4, -1, k="b", g=999, x=None, p="7.00")],
+    ]
+    stream = [u for step in steps for u in step]
+    expected = reference(spark, flow.outputs, {"s": stream})
+    runner = Runner(flow, conf=conf, spark=spark)
+    seen = []
+    for upto, step in enumerate(steps, start=1):
+        regrouped.clear()
+        runner._on_driver = upto == 4
+        assert runner.step({"s": updates_table(S, step)}, upto=upto).host == (upto == 4)
+        seen.append(list(regrouped))
+        got = outputs_rows(runner, list(flow.outputs))
+        for name in flow.outputs:
+            assert got[name] == [u for u in expected[name] if u[1] < upto], (name, upto)
+    assert seen == [[], [["d"]], [["d"], ["d"]], [], []], seen

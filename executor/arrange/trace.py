@@ -51,7 +51,10 @@ class Trace:
     Arrow) per batch), which the state directory writes as the trace's batches after the
     Spark ones (executor/durability/state.py); driver_appended keeps them bounded.
     `totals` holds what the driver's abelian reductions keep per key of this trace
-    (executor/operators/reduce/totals.py); a Spark step's append drops them with the mirror."""
+    (executor/operators/reduce/totals.py); a Spark step's append drops them with the mirror.
+    `spark_totals` holds the Spark placement's (executor/operators/reduce/spark_totals.py):
+    an append of a batch drops them unless the reduction adds its own, and a driver step's
+    trace starts without them (they are rebuilt from the batches when next needed)."""
 
     keys: list[str]
     time_cols: list[str]
@@ -64,6 +67,8 @@ class Trace:
     stale: bool = False  # the mirror holds updates the Spark batches lack
     unsynced: tuple = ()  # durable runners only: each driver step's updates since `spine`
     totals: dict = field(default_factory=dict)  # Reduction -> its totals (reduce/totals.py)
+    # Reduction -> its totals on the Spark placement (reduce/spark_totals.py)
+    spark_totals: dict = field(default_factory=dict)
     mirrorable: bool = True  # False once it held what a mirror cannot (a null): for good
 
     def __post_init__(self):
@@ -105,7 +110,8 @@ class Trace:
         spine = self.synced()._spine(since)
         return Trace(self.keys, self.time_cols, self.partitions,
                      spine.appended(batch, size) if size else spine,
-                     max(self.since, since), upper, self.holds, mirrorable=self.mirrorable)
+                     max(self.since, since), upper, self.holds, mirrorable=self.mirrorable,
+                     spark_totals={} if size else dict(self.spark_totals))
 
     def driver_appended(self, mirror: Mirror, upper: int, since: int,
                         delta: Optional[tuple] = None) -> "Trace":

@@ -25,7 +25,8 @@ from executor.arrange.consolidate import consolidate
 from executor.arrange.spine import materialise_counted
 from executor.arrange.trace import View
 from executor.operators.linear.spark import q, record_columns
-from executor.operators.reduce.spark import M, _all, equality, output
+from executor.operators.reduce.keyed import conjunction, equality
+from executor.operators.reduce.spark import M, output
 from executor.time import DIFF
 from gpu_kernels import consolidate as consolidate_arrays, group_starts, neighbours, sort_by
 from plans import ir
@@ -50,7 +51,7 @@ def delta(node: ir.Reduce, view: View, emitted, lower: int, round_: int, time_co
     ready = view.delta_frame(empty)
     # renamed: fresh column ids, so a self-join with the trace's own batches resolves
     touched = F.broadcast(ready.select(*kq).distinct().toDF(*keys)).alias("t")
-    on = _all([same(f"b.{k}", f"t.{k}") for k in kq])
+    on = conjunction([same(f"b.{k}", f"t.{k}") for k in kq])
     history = fold(DataFrame.union, [b.alias("b").join(touched, on, "left_semi")
                                       for b in view.all()] or [empty])
     history, size = materialise_counted(history)
@@ -62,7 +63,7 @@ def delta(node: ir.Reduce, view: View, emitted, lower: int, round_: int, time_co
     h, g = hist.alias("h"), grid.alias("g")
     cond = [same(f"h.{k}", f"g.{k}") for k in kq]
     cond += [F.col(f"h.{GE}") <= F.col(f"g.{GE}"), F.col(f"h.{q(iteration)}") <= F.col(f"g.{GI}")]
-    acc = (h.join(g, _all(cond), "inner")
+    acc = (h.join(g, conjunction(cond), "inner")
            .groupBy(*[F.col(f"h.{q(c)}").alias(c) for c in records],
                     F.col(f"g.{GE}").alias(GE), F.col(f"g.{GI}").alias(GI))
            .agg(F.sum(F.col(f"h.{DIFF}")).alias(M)).where(F.col(M) != 0))
@@ -87,7 +88,7 @@ def _grid(hist: DataFrame, kq: list[str], iteration: str, round_: int) -> DataFr
     its = its.where((F.col(GI) >= round_) | (F.col(NI) >= round_) | F.col(NI).isNull())
     e, i = epochs.alias("e"), its.alias("i")
     same = [F.col(f"e.{k}").eqNullSafe(F.col(f"i.{k}")) for k in kq]
-    return e.join(i, _all(same), "inner").select(
+    return e.join(i, conjunction(same), "inner").select(
         *[F.col(f"e.{k}").alias(k.strip("`")) for k in kq], GE, NE, GI, NI)
 
 
@@ -109,7 +110,7 @@ def _differences(out: DataFrame, grid: DataFrame, keys: list[str], out_records, 
     signed = F.array_compact(F.array(corner(ge, gi, 1), corner(ne, gi, -1),
                                      corner(ge, ni, -1), corner(ne, ni, 1)))
     recs = [F.col(f"o.{q(c)}").alias(c) for c in out_records]
-    return o.join(g, _all(cond), "inner").select(*recs, F.inline(signed))
+    return o.join(g, conjunction(cond), "inner").select(*recs, F.inline(signed))
 
 
 # ---------------------------------------------------------------------- the driver placement

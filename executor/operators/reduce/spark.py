@@ -9,6 +9,9 @@ accumulated multiset at each grid time; the reduction runs per (key, grid time);
 is emitted at its time and retracted at the key's next grid time. Updates at times >= upto
 wait in `pending` until the frontier passes them, since later steps may still add updates
 before them. The trace is compacted to F-1, so the baseline still sees all of the past.
+Abelian reductions (count, sum over exact types, aggregates of them) over an arrangement
+this runner owns keep running totals instead (spark_totals.py) and take this path only for
+the keys their totals cannot decide.
 """
 from __future__ import annotations
 
@@ -21,7 +24,9 @@ from executor.arrange.spine import checkpoint
 from executor.arrange.trace import View
 from executor.operators.linear import kernels
 from executor.operators.linear.spark import q, record_columns
-from executor.time import DIFF, TIME
+from executor.operators.reduce import spark_totals
+from executor.operators.reduce.keyed import conjunction, equality, of_keys
+from executor.time import DIFF, INFINITY, TIME
 from plans import ir
 from plans.errors import PlanError
 from plans.types import adjusted, decimal_result
@@ -145,8 +150,11 @@ def _sort(col, descending: bool, nulls_first: bool):
 
 
 def delta(node: ir.Reduce, view: View, pending, frontier: int, upto, time_cols, empty,
-          backend: str):
-    """(output changes of this step, new pending updates)."""
+          backend: str, trace=None, schema=None):
+    """(output changes of this step, new pending updates). `trace`: the commit of the
+    arrangement's trace, given where this runner owns it; abelian reductions then keep
+    running totals beside it (spark_totals.py) and read their group only where those cannot
+    decide. `schema`: the node's output schema, which those results are cast to."""
     if len(time_cols) != 1:
         raise PlanError(f"{node.label()}: reductions over nested times are not supported yet")
     keys = list(view.keys)
@@ -163,12 +171,33 @@ def delta(node: ir.Reduce, view: View, pending, frontier: int, upto, time_cols, 
         pending = incoming.where(F.col(TIME) >= upto)
     kq = list(map(q, keys))
     same = equality(empty)
+    kinds = {f.name: f.dataType for f in empty.schema.fields}
+    terms = spark_totals.layout(node, kinds) if trace is not None else None
+    if terms is not None:
+        def regrouped(only: DataFrame, broadcast: bool) -> DataFrame:
+            return _regrouped(node, view, of_keys(ready, only, kq, same, broadcast=broadcast),
+                              frontier, records, backend, same, empty)
+
+        kept = trace.spark_totals.get(node.reduction)
+        out, trace.spark_totals[node.reduction] = spark_totals.delta(
+            node, view, ready, frontier, kept if kept and kept.at == frontier else None,
+            terms, INFINITY if upto is None else upto, same, regrouped)
+        return out.select(*[F.col(q(f.name)).cast(f.dataType) for f in schema.fields]), pending
     kind = node.reduction.kind
     if kind == "count" or (kind in ("distinct", "threshold") and keys == records):
         running = _running(view, ready, frontier, kq, same)
         if kind == "count":
             return _counts(running, kq), pending
         return _thresholded(running, kq, node.reduction), pending
+    return _regrouped(node, view, ready, frontier, records, backend, same, empty), pending
+
+
+def _regrouped(node: ir.Reduce, view: View, ready: DataFrame, frontier: int, records,
+               backend: str, same, empty) -> DataFrame:
+    """The grid path: the reduction re-evaluated over the group of each key `ready` touches,
+    at each of its times."""
+    keys = list(view.keys)
+    kq = list(map(q, keys))
     grid = ready.select(*kq, F.col(TIME).alias(GT)).distinct()
     grid = grid.union(grid.select(*kq).distinct().withColumn(GT, F.lit(frontier - 1)))
     grid = grid.withColumn(NEXT, F.lead(GT).over(Window.partitionBy(*kq).orderBy(GT)))
@@ -177,16 +206,16 @@ def delta(node: ir.Reduce, view: View, pending, frontier: int, upto, time_cols, 
     # broadcast's own job.
     grid = checkpoint(grid, eager=False)
     batches = view.all()
-    history = _of_keys(fold(DataFrame.union, batches), grid, kq, same) if batches else empty
+    history = of_keys(fold(DataFrame.union, batches), grid, kq, same) if batches else empty
     h, g = history.alias("h"), grid.alias("g")
     cond = [same(f"h.{k}", f"g.{k}") for k in kq]
     cond.append(F.col(f"h.{TIME}") <= F.col(f"g.{GT}"))
-    acc = (h.join(g, _all(cond), "inner")
+    acc = (h.join(g, conjunction(cond), "inner")
            .groupBy(*[F.col(f"h.{q(c)}").alias(c) for c in records], F.col(f"g.{GT}").alias(GT))
            .agg(F.sum(F.col(f"h.{DIFF}")).alias(M)).where(F.col(M) != 0))
     out = output(node, acc, records, backend)
     out_records = [c for c in out.columns if c not in (GT, M)]
-    return _emit(out, grid, keys, out_records, frontier, same), pending
+    return _emit(out, grid, keys, out_records, frontier, same)
 
 
 def _running(view: View, ready: DataFrame, frontier: int, kq: list[str], same) -> DataFrame:
@@ -201,21 +230,13 @@ def _running(view: View, ready: DataFrame, frontier: int, kq: list[str], same) -
     if view.old:
         old = fold(DataFrame.union, view.old).where(F.col(TIME) < frontier)
         if kq:  # the touched keys' rows; a global count reads all
-            old = _of_keys(old, changes, kq, same)
+            old = of_keys(old, changes, kq, same)
         rows = rows.unionByName(old.groupBy(*kq).agg(F.sum(DIFF).alias(M))
                                 .withColumn(TIME, F.lit(frontier - 1)))
     w = Window.partitionBy(*kq).orderBy(TIME)
     now = F.sum(M).over(w.rowsBetween(Window.unboundedPreceding, 0))
     running = rows.withColumn("count", now).withColumn("__prev", F.lag("count").over(w))
     return running.where(F.col(TIME) >= frontier)
-
-
-def _of_keys(rows: DataFrame, keys: DataFrame, kq: list[str], same) -> DataFrame:
-    """The rows (all of a trace's batches, as one union) whose key is among `keys`' keys: one
-    semi-join with one broadcast of the distinct keys (a job), not one per batch."""
-    touched = F.broadcast(keys.select(*kq).distinct()).alias("t")
-    return rows.alias("b").join(touched, _all([same(f"b.{k}", f"t.{k}") for k in kq]),
-                                "left_semi")
 
 
 def _counts(running: DataFrame, kq: list[str]) -> DataFrame:
@@ -246,27 +267,10 @@ def _emit(out: DataFrame, grid: DataFrame, keys: list[str], out_records, frontie
     o, g = out.alias("o"), grid.alias("g")
     cond = [same(f"o.{q(k)}", f"g.{q(k)}") for k in keys]
     cond.append(F.col(f"o.{GT}") == F.col(f"g.{GT}"))
-    joined = o.join(g, _all(cond), "inner")
+    joined = o.join(g, conjunction(cond), "inner")
     gt, nxt, m = F.col(f"g.{GT}"), F.col(f"g.{NEXT}"), F.col(f"o.{M}")
     signed = F.array_compact(F.array(
         F.when(gt >= frontier, F.struct(gt.alias(TIME), m.alias(DIFF))),
         F.when(nxt.isNotNull(), F.struct(nxt.alias(TIME), (-m).alias(DIFF)))))
     recs = [F.col(f"o.{q(c)}").alias(c) for c in out_records]
     return joined.select(*recs, F.inline(signed))
-
-
-def _all(conditions):
-    """The conjunction of join conditions (true when there are none: a global reduction)."""
-    return fold(lambda a, b: a & b, conditions, F.lit(True))
-
-
-def equality(df: DataFrame):
-    """Key equality for joins inside a reduction: plain `=` (which keeps the arrangement's
-    hash partitioning usable) where the key cannot be null, null-safe `<=>` otherwise."""
-    nullable = {f.name for f in df.schema.fields if f.nullable}
-
-    def same(a: str, b: str):
-        name = a.split(".", 1)[1].strip("`")
-        return F.col(a).eqNullSafe(F.col(b)) if name in nullable else F.col(a) == F.col(b)
-
-    return same

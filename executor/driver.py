@@ -340,14 +340,14 @@ def checked(spark, name: str, rows, schema: StructType, frontier: int,
     Spark's rules over the local rows (Catalyst on the driver, no job), which word any
     refusal."""
     if isinstance(rows, pa.Table):
-        ready = _ready(rows, schema, frontier, INFINITY if upto is None else upto)
+        ready = arrow_ready(rows, schema, frontier, INFINITY if upto is None else upto)
         if ready is not None:
             return ready
         rows = spark.createDataFrame(rows)
     return normalise(name, rows, schema, frontier, upto, local=True)
 
 
-def _ready(table: pa.Table, schema: StructType, frontier: int, upto: int) -> Optional[pa.Table]:
+def arrow_ready(table: pa.Table, schema: StructType, frontier: int, upto: int) -> Optional[pa.Table]:
     """A pyarrow Table that already has the input's Arrow types and breaks no rule, as
     (records, time, diff) without Spark; None sends it through updates.normalise, which
     converts what needs converting and words the refusal of what breaks a rule."""

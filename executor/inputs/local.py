@@ -3,7 +3,7 @@ costs no job (the driver placement, executor/driver.py), and its values are the 
 readers give.
 
 Parquet is read as written; the driver keeps a table only where each column already has the
-Arrow type Spark reads for the schema (driver._ready). CSV is read as text with the options
+Arrow type Spark reads for the schema (driver.arrow_ready). CSV is read as text with the options
 Spark's reader gets in updates._read_csv (RFC 4180 quoting, the null value, the header or
 the schema's names), and a column becomes its declared type only where every value is in a
 canonical form that Spark's cast and Arrow's parse read alike (digits with an optional minus,

@@ -239,14 +239,14 @@ class Ruled:
 def translate(runner, updates: dict, lower: int, upto: Optional[int]) -> tuple[dict, Ruled]:
     """`updates` with each keyed or strict input's replaced by its ordinary updates (an
     Arrow table either placement reads), and what the step does to the tables."""
-    from executor.driver import _ready
+    from executor.driver import arrow_ready
     out, changes, digests = dict(updates), {}, {}
     for name, table in runner._tables.items():
         if name not in updates:
             continue
         schema = runner.input_schemas[name]
         source = updates[name]
-        raw = _ready(source, schema, lower, INFINITY if upto is None else upto) \
+        raw = arrow_ready(source, schema, lower, INFINITY if upto is None else upto) \
             if isinstance(source, pa.Table) else None
         if raw is None:
             raw = normalise(name, read_source(runner.spark, name, source, schema), schema,

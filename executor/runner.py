@@ -234,15 +234,16 @@ class Runner:
                                         step.scope.round, step.time_cols,
                                         kids[0].limit(0), self.backend)
         if isinstance(node, ir.Reduce):
-            owned = not step.resolving and isinstance(node.input, ir.Arrange) and \
-                node.input not in self._counted
-            if owned and node in step.empty:  # nothing changed: its totals hold to upper
-                spark_totals.carried(step.commits[node.input], node.reduction, step.upper)
-            owned = owned and node not in step.empty
+            # the trace whose commit keeps this reduction's totals (reduce/spark_totals.py)
+            trace = step.commits[node.input] if not step.resolving and \
+                isinstance(node.input, ir.Arrange) and node.input not in self._counted else None
+            if trace is not None and node in step.empty:  # nothing changed: totals hold
+                spark_totals.carried(trace, node.reduction, step.upper)
+                trace = None
             out, pending = reduce_ops.delta(node, step.views[node.input], _held(step.state, node),
                                             step.lower, step.upto, step.time_cols,
                                             kids[0].limit(0), self.backend,
-                                            step.commits[node.input] if owned else None,
+                                            trace,
                                             None if step.resolving else self.node_schemas[node])
             if not step.resolving:  # materialised with the step's outputs
                 step.pending[node] = None if node in step.empty or \

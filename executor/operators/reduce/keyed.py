@@ -1,10 +1,13 @@
-"""Key equality and reads of the touched keys, shared by the Spark placement's reductions
-(the grid path in spark.py, running totals in spark_totals.py, product times in product.py)."""
+"""Key equality, reads of the touched keys and the emission of results, shared by the Spark
+placement's reductions (the grid path in spark.py, running totals in spark_totals.py, product
+times in product.py)."""
 from __future__ import annotations
 
 from functools import reduce as fold
 
-from pyspark.sql import DataFrame, functions as F
+from pyspark.sql import Column, DataFrame, functions as F
+
+from executor.time import DIFF, TIME
 
 
 def conjunction(conditions):
@@ -33,3 +36,12 @@ def of_keys(rows: DataFrame, keys: DataFrame, kq: list[str], same, how: str = "l
     touched = (F.broadcast(touched) if broadcast else touched).alias("t")
     return rows.alias("b").join(touched, conjunction([same(f"b.{k}", f"t.{k}") for k in kq]),
                                 how)
+
+
+def signed(at: Column, following: Column, m: Column, frontier: int) -> Column:
+    """A result with multiplicity m at time `at` (from the frontier on: a baseline row at F-1
+    is only retracted) and retracted at the key's `following` time (where there is one), as
+    the (time, diff) structs F.inline emits."""
+    return F.array_compact(F.array(
+        F.when(at >= frontier, F.struct(at.alias(TIME), m.alias(DIFF))),
+        F.when(following.isNotNull(), F.struct(following.alias(TIME), (-m).alias(DIFF)))))

@@ -25,7 +25,7 @@ from executor.arrange.trace import View
 from executor.operators.linear import kernels
 from executor.operators.linear.spark import q, record_columns
 from executor.operators.reduce import spark_totals
-from executor.operators.reduce.keyed import conjunction, equality, of_keys
+from executor.operators.reduce.keyed import conjunction, equality, of_keys, signed
 from executor.time import DIFF, INFINITY, TIME
 from plans import ir
 from plans.errors import PlanError
@@ -178,10 +178,9 @@ def delta(node: ir.Reduce, view: View, pending, frontier: int, upto, time_cols, 
             return _regrouped(node, view, of_keys(ready, only, kq, same, broadcast=broadcast),
                               frontier, records, backend, same, empty)
 
-        kept = trace.spark_totals.get(node.reduction)
         out, trace.spark_totals[node.reduction] = spark_totals.delta(
-            node, view, ready, frontier, kept if kept and kept.at == frontier else None,
-            terms, INFINITY if upto is None else upto, same, regrouped)
+            node, view, ready, frontier, trace.spark_totals.get(node.reduction), terms,
+            INFINITY if upto is None else upto, same, regrouped)
         return out.select(*[F.col(q(f.name)).cast(f.dataType) for f in schema.fields]), pending
     kind = node.reduction.kind
     if kind == "count" or (kind in ("distinct", "threshold") and keys == records):
@@ -268,9 +267,6 @@ def _emit(out: DataFrame, grid: DataFrame, keys: list[str], out_records, frontie
     cond = [same(f"o.{q(k)}", f"g.{q(k)}") for k in keys]
     cond.append(F.col(f"o.{GT}") == F.col(f"g.{GT}"))
     joined = o.join(g, conjunction(cond), "inner")
-    gt, nxt, m = F.col(f"g.{GT}"), F.col(f"g.{NEXT}"), F.col(f"o.{M}")
-    signed = F.array_compact(F.array(
-        F.when(gt >= frontier, F.struct(gt.alias(TIME), m.alias(DIFF))),
-        F.when(nxt.isNotNull(), F.struct(nxt.alias(TIME), (-m).alias(DIFF)))))
+    emitted = signed(F.col(f"g.{GT}"), F.col(f"g.{NEXT}"), F.col(f"o.{M}"), frontier)
     recs = [F.col(f"o.{q(c)}").alias(c) for c in out_records]
-    return joined.select(*recs, F.inline(signed))
+    return joined.select(*recs, F.inline(emitted))

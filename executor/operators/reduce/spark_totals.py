@@ -9,7 +9,7 @@ them, one row per touched key per step, merged by summing; it is valid as of the
 records, so a step after a driver step (which keeps its own totals) rebuilds it from the trace
 once. A step joins its updates' per-(key, time) terms with the touched keys' totals, runs the
 sums per key over its times and emits the results' differences as the grid path does
-(spark.py `_emit`), without reading the history of the keys.
+(keyed.py `signed`), without reading the history of the keys.
 
 A zero weight does not prove a group empty (+1 and -1 of different records cancel), nor a
 zero non-null weight a sum NULL: those keys, and any whose total left a value's range, are
@@ -30,7 +30,7 @@ from pyspark.sql.types import DecimalType
 from executor.arrange.encoding import INTEGRAL
 from executor.arrange.spine import Spine, checkpoint, materialise
 from executor.operators.linear.spark import q
-from executor.operators.reduce.keyed import of_keys
+from executor.operators.reduce.keyed import of_keys, signed
 from executor.time import DIFF, TIME
 from plans import ir
 
@@ -95,7 +95,8 @@ def _term(what: str, column, kinds: dict):
 def delta(node: ir.Reduce, view, ready: DataFrame, frontier: int, kept: Optional[Totals],
           terms: list[tuple], upper: int, same, regrouped) -> tuple[DataFrame, Totals]:
     """(the reduction's changes at the times of `ready`, the totals after them).
-    `kept`: the totals as of `frontier`, or None to build them from the trace's batches;
+    `kept`: the totals last kept (None: none), rebuilt from the trace's batches unless they
+    hold as of `frontier`;
     `regrouped(keys, broadcast)`: the grid path's changes for those keys (a frame of key
     columns; `broadcast`: whether it is small enough to broadcast)."""
     keys = list(node.by)
@@ -103,8 +104,8 @@ def delta(node: ir.Reduce, view, ready: DataFrame, frontier: int, kept: Optional
     kinds = {f.name: f.dataType for f in ready.schema.fields}
     names = [n for n, _, _ in terms]
     summed = [F.sum(n).alias(n) for n in names]
-    if kept is None:
-        kept = rebuilt(view, frontier, kq, terms, kinds)
+    if kept is None or kept.at != frontier:
+        kept = _rebuilt(view, frontier, kq, terms, kinds)
     deltas = ready.groupBy(*kq, TIME).agg(*[F.sum(_term(w, c, kinds)).alias(n)
                                             for n, w, c in terms])
     rows = deltas.withColumn(SEEN, F.lit(False))
@@ -134,7 +135,7 @@ def delta(node: ir.Reduce, view, ready: DataFrame, frontier: int, kept: Optional
     return decided.unionByName(regrouped(bad, small)), after
 
 
-def rebuilt(view, frontier: int, kq: list[str], terms: list[tuple], kinds: dict) -> Totals:
+def _rebuilt(view, frontier: int, kq: list[str], terms: list[tuple], kinds: dict) -> Totals:
     """The totals of every key from the trace's batches before `frontier` (once, after a
     step that did not keep them: the first, a driver step, a resume)."""
     spine = Spine(_merged(kq, [n for n, _, _ in terms]), slack=4)
@@ -188,10 +189,6 @@ def _emitted(node: ir.Reduce, running: DataFrame, keys: list[str], terms: list[t
             values.append(F.col(at[("value", column)]).alias(name))
     exists = F.col(at[("weight", None)] if red.kind != "sum" else
                    at[("weight", red.column)]) != 0
-    t, nxt = F.col(TIME), F.col(NEXT)
-    one = F.lit(1).cast("bigint")
-    signed = F.array_compact(F.array(
-        F.when(t >= frontier, F.struct(t.alias(TIME), one.alias(DIFF))),
-        F.when(nxt.isNotNull(), F.struct(nxt.alias(TIME), (-one).alias(DIFF)))))
+    emitted = signed(F.col(TIME), F.col(NEXT), F.lit(1).cast("bigint"), frontier)
     return (running.where(exists)
-            .select(*[F.col(q(k)) for k in keys], *values, F.inline(signed)))
+            .select(*[F.col(q(k)) for k in keys], *values, F.inline(emitted)))

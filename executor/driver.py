@@ -51,8 +51,8 @@ from executor.operators.iterate import driver as iterate
 from executor.operators.join import driver as join
 from executor.operators.linear import driver as linear
 from executor.operators.query import driver as query
-from executor.operators.reduce import (driver as reduce_driver, product as reduce_product,
-                                       top_k, totals)
+from executor.operators.reduce import (driver as reduce_driver, product as reduce_product, top_k,
+                                       totals)
 from executor.runtime.config import (HOST_MIRROR_ROWS_KEY, HOST_STEP_ROWS_KEY, host_mirror_rows,
                                      host_step_rows)
 from executor.time import DIFF, INFINITY, ITERATION, TIME
@@ -339,18 +339,23 @@ def checked(spark, name: str, rows, schema: StructType, frontier: int,
     updates.normalise: on Arrow where they already have the input's types, else through
     Spark's rules over the local rows (Catalyst on the driver, no job), which word any
     refusal."""
+    ready = arrow_ready(rows, schema, frontier, upto)
+    if ready is not None:
+        return ready
     if isinstance(rows, pa.Table):
-        ready = arrow_ready(rows, schema, frontier, INFINITY if upto is None else upto)
-        if ready is not None:
-            return ready
         rows = spark.createDataFrame(rows)
     return normalise(name, rows, schema, frontier, upto, local=True)
 
 
-def arrow_ready(table: pa.Table, schema: StructType, frontier: int, upto: int) -> Optional[pa.Table]:
-    """A pyarrow Table that already has the input's Arrow types and breaks no rule, as
-    (records, time, diff) without Spark; None sends it through updates.normalise, which
-    converts what needs converting and words the refusal of what breaks a rule."""
+def arrow_ready(table, schema: StructType, frontier: int,
+                upto: Optional[int]) -> Optional[pa.Table]:
+    """A step's updates of an input given as a pyarrow Table that already has the input's
+    Arrow types and breaks no rule, as (records, time, diff) without Spark (`upto` None:
+    no upper bound); None for anything else, which updates.normalise converts, or words the
+    refusal of what breaks a rule. Every path that takes updates asks this first."""
+    if not isinstance(table, pa.Table):
+        return None
+    upto = INFINITY if upto is None else upto
     given = {f.name.lower(): f.name for f in table.schema}
     if len(given) != table.num_columns or \
             set(given) - {f.name.lower() for f in schema.fields} - {TIME, DIFF}:

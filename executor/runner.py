@@ -26,8 +26,8 @@ from executor import driver
 from executor.arrange import spark as arranged
 from executor.arrange.consolidate import consolidate
 from executor.arrange.encoding import Encoder
-from executor.arrange.spine import (Spine, as_frame, is_computed, materialise, materialise_all,
-                                    output_log, summed)
+from executor.arrange.spine import (STEP, Spine, as_frame, is_computed, materialise,
+                                    materialise_all, output_log, summed)
 from executor.arrange.trace import Trace, View
 from executor.durability.state import arrow_digest
 from executor.inputs import tables as input_tables
@@ -182,7 +182,7 @@ class Runner:
             raise PlanError(f"{node.label()}: {analysis_message(e, columns)}") from None
         if isinstance(node, (ir.Reduce, ir.Query, ir.Iterate)) and not step.resolving \
                 and node not in step.empty and not is_computed(df):
-            df = materialise(df)  # computed once, however many operators read it
+            df = materialise(df, STEP)  # computed once, however many operators read it
         if step.scope is not None:  # inside an iterate: hold back later iterations
             df = step.scope.admit(node, df, step)
         step.memo[node] = df
@@ -240,11 +240,13 @@ class Runner:
             if trace is not None and node in step.empty:  # nothing changed: totals hold
                 spark_totals.carried(trace, node.reduction, step.upper)
                 trace = None
-            out, pending = reduce_ops.delta(node, step.views[node.input], _held(step.state, node),
-                                            step.lower, step.upto, step.time_cols,
-                                            kids[0].limit(0), self.backend,
-                                            trace,
-                                            None if step.resolving else self.node_schemas[node])
+            out, pending, canonical = reduce_ops.delta(
+                node, step.views[node.input], _held(step.state, node), step.lower, step.upto,
+                step.time_cols, kids[0].limit(0), self.backend, trace,
+                None if step.resolving else self.node_schemas[node],
+                node.input in self._counted)
+            if canonical:
+                step.consolidated.add(node)
             if not step.resolving:  # materialised with the step's outputs
                 step.pending[node] = None if node in step.empty or \
                     not holds_back(node, self._late) else pending
@@ -336,8 +338,8 @@ class Runner:
             # an Arrow table of the input's types that breaks no rule is checked on the driver
             # (driver.arrow_ready), not by a Spark job over every row; a durable step's digest
             # needs that job
-            ready = driver.arrow_ready(src, schema, lower, INFINITY if upto is None else upto) \
-                if isinstance(src, pa.Table) and replay is None and self._store is None else None
+            ready = driver.arrow_ready(src, schema, lower, upto) \
+                if replay is None and self._store is None else None
             if ready is not None:
                 sources[name] = self.spark.createDataFrame(ready)
                 continue
@@ -424,16 +426,20 @@ class Runner:
         upto = step.upto
         built, idle = {}, set()
         for name, delta in self._build_all(step).items():
+            node = self.plan[name]
             if self._pending[name] is not None:
-                delta = as_frame(self._pending[name]).unionByName(delta)
-            elif self.plan[name] in step.empty:
+                built[name] = consolidate(as_frame(self._pending[name]).unionByName(delta),
+                                          TIME_COLS)
+            elif node in step.empty:
                 built[name] = delta  # known to be empty: no job, nothing logged
                 idle.add(name)
-                continue
-            built[name] = consolidate(delta, TIME_COLS)
-        jobs = [(name, df) for name, df in built.items() if name not in idle]
+            else:
+                built[name] = delta if node in step.consolidated else \
+                    consolidate(delta, TIME_COLS)
+        jobs = [(name, df) for name, df in built.items()
+                if name not in idle and not is_computed(df)]  # a reduction's own result
         jobs += [(node, df) for node, df in step.pending.items() if df is not None]
-        done = dict(zip([k for k, _ in jobs], materialise_all([df for _, df in jobs])))
+        done = dict(zip([k for k, _ in jobs], materialise_all([df for _, df in jobs], STEP)))
         step.commits.update({node: done.get(node) for node in step.pending})
         changes, pending, logs = {}, {}, {}
         for name, df in built.items():
@@ -537,6 +543,7 @@ class _Step:
     commits: dict = field(default_factory=dict)
     pending: dict = field(default_factory=dict)  # as Runner._state: updates at times >= upto
     holds: list = field(default_factory=list)
+    consolidated: set = field(default_factory=set)  # nodes whose changes come consolidated
 
     @property
     def upper(self) -> int:

@@ -249,3 +249,55 @@ def test_a_spark_step_reads_the_totals_it_changes_and_regroups_only_unsure_keys(
         for name in flow.outputs:
             assert got[name] == [u for u in expected[name] if u[1] < upto], (name, upto)
     assert seen == [[], [["d"]], [["d"], ["d"]], [], []], seen
+
+
+def test_a_spark_step_of_one_time_emits_consolidated_changes_unconsolidated_by_the_runner(
+        spark, conf, monkeypatch):
+    """On the Spark placement, a step of one time (upto = frontier + 1) takes one aggregate
+    per touched key, before and after, and emits only the results that differ: its changes
+    come out consolidated and the runner runs no consolidation of its own over them. A key
+    whose changes cancel (+1 and -1 of two records, a sum unchanged) emits nothing; a
+    counted arrangement's count (the global `n`) reads its trace as its totals; a step of
+    several times takes the window over times and is consolidated by the runner. Every
+    step's changes are canonical and equal the reference's."""
+    import executor.runner as runner_module
+    from executor.reference import reference
+
+    flow = Dataflow()
+    s = flow.input("s", S)
+    flow.output("sum_x", s.sum("x", by=["k"]))
+    flow.output("agg", s.aggregate(by=["k"], n="count(*)", sp="sum(p)"))
+    flow.output("n", s.count())
+    calls = []
+    real = runner_module.consolidate
+    monkeypatch.setattr(runner_module, "consolidate",
+                        lambda df, cols: calls.append(1) or real(df, cols))
+    steps = [
+        [_u(0, 1, k="abc"[i % 3], g=i, x=i, p=f"{i}.00") for i in range(30)],
+        # "a": +1 and -1 of two records with x = 1 and p = 0: its sum stays, its count too
+        [_u(1, 1, k="a", g=100, x=1, p="0.00"), _u(1, -1, k="a", g=1000, x=1, p="0.00"),
+         _u(1, 1, k="b", g=101, x=7, p="7.00"), _u(1, 1, k="e", g=5, x=None, p=None)],
+        # two times in one step: the window, then the runner consolidates
+        [_u(2, 1, k="c", g=102, x=2, p="2.00"), _u(3, -1, k="c", g=102, x=2, p="2.00"),
+         _u(3, 1, k="b", g=103, x=1, p="1.00")],
+        [_u(4, -1, k="e", g=5, x=None, p=None), _u(4, 1, k="d", g=6, x=4, p="4.00")],
+    ]
+    uptos = [1, 2, 4, 5]
+    stream = [u for step in steps for u in step]
+    expected = reference(spark, flow.outputs, {"s": stream})
+    runner = Runner(flow, conf=conf | {"diffspark.host.step_rows": "0"}, spark=spark)
+    for step, upto in zip(steps, uptos):
+        calls.clear()
+        result = runner.step({"s": updates_table(S, step)}, upto=upto)
+        assert not result.host
+        assert len(calls) == (3 if upto == 4 else 0), (upto, calls)
+        for name in flow.outputs:  # canonical: one row per (record, time), no zero diff
+            changes = result.arrow(name).to_pylist()
+            keyed = [tuple(v for c, v in r.items() if c != "diff") for r in changes]
+            assert len(set(keyed)) == len(keyed) and all(r["diff"] for r in changes), \
+                (name, upto, changes)
+        got = outputs_rows(runner, list(flow.outputs))
+        for name in flow.outputs:
+            assert got[name] == [u for u in expected[name] if u[1] < upto], (name, upto)
+    first_a = [u for u in expected["sum_x"] if u[1] == 1 and u[0][0] == "a"]
+    assert first_a == []  # the cancelling step changed nothing for "a"

@@ -28,7 +28,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from executor.durability.state import arrow_digest
 from executor.inputs.updates import normalise, read_source
 from executor.runtime.errors import InputError
-from executor.time import DIFF, INFINITY, TIME
+from executor.time import DIFF, TIME
 
 _NAN = object()  # NaN as an identity: equal to itself, as Spark groups it
 
@@ -246,8 +246,7 @@ def translate(runner, updates: dict, lower: int, upto: Optional[int]) -> tuple[d
             continue
         schema = runner.input_schemas[name]
         source = updates[name]
-        raw = arrow_ready(source, schema, lower, INFINITY if upto is None else upto) \
-            if isinstance(source, pa.Table) else None
+        raw = arrow_ready(source, schema, lower, upto)
         if raw is None:
             raw = normalise(name, read_source(runner.spark, name, source, schema), schema,
                             lower, upto).toArrow()

@@ -7,13 +7,13 @@ as of the last frontier. Each step appends the count's own output changes weight
 count (+new, -old per touched key: no extra job), and merging compacts them to a row per
 key, so the state grows with the keys, not the input (a triangle count keeps one row, not
 every triangle). A step reads the input's changes and the totals of the keys they touch,
-through count's running-sum path (executor/operators/reduce/spark.py `_running`).
+as the Spark placement's running totals do (spark_totals.py `counted_changes`).
 """
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, functions as F
 
-from executor.arrange.spine import materialise_counted
+from executor.arrange.spine import STEP, materialise_counted
 from executor.arrange.trace import Trace
 from executor.operators.linear.spark import q
 from executor.time import DIFF, TIME
@@ -38,7 +38,7 @@ def counted(plan: dict) -> set:
 def appended(out: DataFrame, totals: Trace, upper: int) -> tuple[DataFrame, Trace]:
     """The count's changes (key columns, count, time, diff), materialised, and the totals
     with them added (times below `upper`; merges compact to upper - 1)."""
-    out, size = materialise_counted(out)
+    out, size = materialise_counted(out, STEP)
     keys = list(totals.keys)
     batch = out.select(*map(q, keys), TIME, (F.col("count") * F.col(DIFF)).alias(DIFF))
     return out, totals.appended(batch, size, upper, upper - 1)

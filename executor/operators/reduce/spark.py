@@ -150,11 +150,13 @@ def _sort(col, descending: bool, nulls_first: bool):
 
 
 def delta(node: ir.Reduce, view: View, pending, frontier: int, upto, time_cols, empty,
-          backend: str, trace=None, schema=None):
-    """(output changes of this step, new pending updates). `trace`: the commit of the
-    arrangement's trace, given where this runner owns it; abelian reductions then keep
-    running totals beside it (spark_totals.py) and read their group only where those cannot
-    decide. `schema`: the node's output schema, which those results are cast to."""
+          backend: str, trace=None, schema=None, counted: bool = False):
+    """(output changes of this step, new pending updates, whether those changes are
+    consolidated). `trace`: the commit of the arrangement's trace, given where this runner
+    owns it; abelian reductions then keep running totals beside it (spark_totals.py) and
+    read their group only where those cannot decide. `counted`: the view is a counted
+    arrangement's (counted.py), whose trace holds the count's totals. `schema`: the node's
+    output schema (None while the plan is resolved), which those results are cast to."""
     if len(time_cols) != 1:
         raise PlanError(f"{node.label()}: reductions over nested times are not supported yet")
     keys = list(view.keys)
@@ -172,6 +174,10 @@ def delta(node: ir.Reduce, view: View, pending, frontier: int, upto, time_cols, 
     kq = list(map(q, keys))
     same = equality(empty)
     kinds = {f.name: f.dataType for f in empty.schema.fields}
+    single = upto == frontier + 1  # the step's updates are all at time `frontier`
+    if counted and schema is not None:
+        return spark_totals.counted_changes(node, view, ready, frontier, same, schema,
+                                            single), pending, single
     terms = spark_totals.layout(node, kinds) if trace is not None else None
     if terms is not None:
         def regrouped(only: DataFrame, broadcast: bool) -> DataFrame:
@@ -180,15 +186,15 @@ def delta(node: ir.Reduce, view: View, pending, frontier: int, upto, time_cols, 
 
         out, trace.spark_totals[node.reduction] = spark_totals.delta(
             node, view, ready, frontier, trace.spark_totals.get(node.reduction), terms,
-            INFINITY if upto is None else upto, same, regrouped)
-        return out.select(*[F.col(q(f.name)).cast(f.dataType) for f in schema.fields]), pending
+            INFINITY if upto is None else upto, same, regrouped, schema, single)
+        return out, pending, single
     kind = node.reduction.kind
     if kind == "count" or (kind in ("distinct", "threshold") and keys == records):
         running = _running(view, ready, frontier, kq, same)
         if kind == "count":
-            return _counts(running, kq), pending
-        return _thresholded(running, kq, node.reduction), pending
-    return _regrouped(node, view, ready, frontier, records, backend, same, empty), pending
+            return _counts(running, kq), pending, False
+        return _thresholded(running, kq, node.reduction), pending, False
+    return _regrouped(node, view, ready, frontier, records, backend, same, empty), pending, False
 
 
 def _regrouped(node: ir.Reduce, view: View, ready: DataFrame, frontier: int, records,

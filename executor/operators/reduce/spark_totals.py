@@ -9,7 +9,11 @@ them, one row per touched key per step, merged by summing; it is valid as of the
 records, so a step after a driver step (which keeps its own totals) rebuilds it from the trace
 once. A step joins its updates' per-(key, time) terms with the touched keys' totals, runs the
 sums per key over its times and emits the results' differences as the grid path does
-(keyed.py `signed`), without reading the history of the keys.
+(keyed.py `signed`), without reading the history of the keys. A step of one time (upto =
+frontier + 1, the common case) needs no window: one aggregate per key gives the totals
+before and after, and the results that differ come out consolidated, so the runner skips
+its consolidation of the output. A count over a counted arrangement (counted.py) reads
+that arrangement's trace as its totals.
 
 A zero weight does not prove a group empty (+1 and -1 of different records cancel), nor a
 zero non-null weight a sum NULL: those keys, and any whose total left a value's range, are
@@ -25,10 +29,11 @@ from functools import reduce as fold
 from typing import Optional
 
 from pyspark.sql import DataFrame, Window, functions as F
-from pyspark.sql.types import DecimalType
+from pyspark.sql.types import DecimalType, StructType
 
+from executor.arrange.consolidate import consolidate
 from executor.arrange.encoding import INTEGRAL
-from executor.arrange.spine import Spine, checkpoint, materialise
+from executor.arrange.spine import STEP, Spine, checkpoint, materialise
 from executor.operators.linear.spark import q
 from executor.operators.reduce.keyed import of_keys, signed
 from executor.time import DIFF, TIME
@@ -93,46 +98,112 @@ def _term(what: str, column, kinds: dict):
 
 
 def delta(node: ir.Reduce, view, ready: DataFrame, frontier: int, kept: Optional[Totals],
-          terms: list[tuple], upper: int, same, regrouped) -> tuple[DataFrame, Totals]:
-    """(the reduction's changes at the times of `ready`, the totals after them).
+          terms: list[tuple], upper: int, same, regrouped, schema: StructType,
+          single: bool) -> tuple[DataFrame, Totals]:
+    """(the reduction's changes at the times of `ready`, of `schema`, the totals after them).
     `kept`: the totals last kept (None: none), rebuilt from the trace's batches unless they
-    hold as of `frontier`;
+    hold as of `frontier`; the rest as `changes`."""
+    kq = list(map(q, node.by))
+    if kept is None or kept.at != frontier:
+        kinds = {f.name: f.dataType for f in ready.schema.fields}
+        kept = _rebuilt(view, frontier, kq, terms, kinds)
+    out, added = changes(node, ready, frontier, [b for _, b in kept.spine.batches], terms,
+                         same, regrouped, schema, single)
+    return out, Totals(kept.spine.appended(added, 1), upper)
+
+
+def counted_changes(node: ir.Reduce, view, ready: DataFrame, frontier: int, same,
+            schema: StructType, single: bool) -> DataFrame:
+    """A count's changes over a counted arrangement (counted.py), whose trace holds rows
+    whose diffs sum to each key's count: the count's totals already."""
+    held = [b.select(*map(q, node.by), F.col(DIFF).alias("__t0")) for b in view.old]
+    return changes(node, ready, frontier, held, [("__t0", "weight", None)], same, None, schema,
+                   single)[0]
+
+
+def changes(node: ir.Reduce, ready: DataFrame, frontier: int, held: list[DataFrame],
+            terms: list[tuple], same, regrouped, schema: StructType,
+            single: bool) -> tuple[DataFrame, DataFrame]:
+    """(the reduction's changes at the times of `ready`, of `schema`; the rows to add to the
+    totals: key columns and `terms`' columns).
+    `held`: frames of totals (key columns and `terms`' columns, summed per key) before
+    `frontier`;
     `regrouped(keys, broadcast)`: the grid path's changes for those keys (a frame of key
-    columns; `broadcast`: whether it is small enough to broadcast)."""
+    columns; `broadcast`: whether it is small enough to broadcast), never called for a
+    count;
+    `single`: every update of `ready` is at time `frontier` (a step of one time): one
+    aggregate per key replaces the window over times, and the changes come out
+    consolidated."""
     keys = list(node.by)
     kq = list(map(q, keys))
     kinds = {f.name: f.dataType for f in ready.schema.fields}
     names = [n for n, _, _ in terms]
-    summed = [F.sum(n).alias(n) for n in names]
-    if kept is None or kept.at != frontier:
-        kept = _rebuilt(view, frontier, kq, terms, kinds)
-    deltas = ready.groupBy(*kq, TIME).agg(*[F.sum(_term(w, c, kinds)).alias(n)
-                                            for n, w, c in terms])
-    rows = deltas.withColumn(SEEN, F.lit(False))
-    if kept.spine.batches:
-        held = fold(DataFrame.unionByName, [b for _, b in kept.spine.batches])
-        base = (of_keys(held, deltas, kq, same).groupBy(*kq).agg(*summed)
+    if single:
+        rows = ready.select(*kq, *[_term(w, c, kinds).alias(n) for n, w, c in terms],
+                            F.lit(False).alias(SEEN))
+    else:
+        rows = ready.groupBy(*kq, TIME).agg(*[F.sum(_term(w, c, kinds)).alias(n)
+                                              for n, w, c in terms]).withColumn(SEEN, F.lit(False))
+    if held:
+        base = (of_keys(fold(DataFrame.unionByName, held), ready, kq, same).groupBy(*kq)
+                .agg(*[F.sum(n).alias(n) for n in names])
                 .withColumn(TIME, F.lit(frontier - 1).cast("bigint"))
                 .withColumn(SEEN, F.lit(True)))
         rows = rows.unionByName(base.select(*rows.columns))
-    w = Window.partitionBy(*kq).orderBy(TIME)
-    run = w.rowsBetween(Window.unboundedPreceding, 0)
-    running = rows.select(*kq, TIME, SEEN, *names,
-                          *[F.sum(n).over(run).alias(f"{n}_now") for n in names],
-                          F.lead(TIME).over(w).alias(NEXT))
-    running = running.withColumn("__unsure", _unsure(node, terms, kinds))
+    running = _per_key(rows, kq, names, bool(held)) if single else \
+        _over_times(rows, kq, names)
+    added = (running if single else running.where(~F.col(SEEN))).select(
+        *kq, *[F.col(f"{n}_step").alias(n) for n in names])
+    emitted = _changed if single else _emitted
+    if node.reduction.kind == "count":  # always decided: the rows are read once, lazily
+        running = checkpoint(running, eager=False, storage=STEP)
+        return emitted(node, running, keys, terms, frontier, schema), added
+    doubt = _unsure(node, terms, kinds, "now")
+    if single:  # the result retracted is decided by the totals before
+        doubt = doubt | (F.col(SEEN) & _unsure(node, terms, kinds, "before"))
     # one job computes the running totals (kept) and counts the rows they cannot decide
-    running = checkpoint(running, eager=False)
+    running = checkpoint(running.withColumn("__unsure", doubt), eager=False, storage=STEP)
     unsure = running.where("__unsure").count()
-    added = running.where(~F.col(SEEN)).groupBy(*kq).agg(*summed)
-    after = Totals(kept.spine.appended(added, 1), upper)
-    out = _emitted(node, running, keys, terms, frontier)
+    out = emitted(node, running, keys, terms, frontier, schema)
     if not unsure:
-        return out, after
+        return out, added
     bad = running.where("__unsure").select(*kq).distinct()
     small = unsure <= BROADCAST_ROWS
     decided = of_keys(out, bad, kq, same, how="left_anti", broadcast=small)
-    return decided.unionByName(regrouped(bad, small)), after
+    again = _cast(regrouped(bad, small), schema)
+    return decided.unionByName(consolidate(again, [TIME]) if single else again), added
+
+
+def _per_key(rows: DataFrame, kq: list[str], names: list[str], held: bool) -> DataFrame:
+    """One row per touched key: its totals before the step (`_before`), the step's terms
+    (`_step`) and the totals after (`_now`), and whether it was seen before (never, without
+    `held` totals: one sum per term)."""
+    # a global reduction's aggregate has a row even over no rows: it is dropped
+    some = [] if kq else [F.count(F.lit(1)).alias("__rows")]
+    if not held:
+        per_key = rows.groupBy(*kq).agg(*some, *[F.sum(n).alias(f"{n}_step") for n in names])
+        per_key = per_key.select("*", F.lit(False).alias(SEEN), *[
+            c for n in names for c in (F.col(f"{n}_step").alias(f"{n}_now"),
+                                       (F.col(f"{n}_step") * 0).alias(f"{n}_before"))])
+    else:
+        sums = []
+        for n in names:
+            sums += [F.sum(F.when(~F.col(SEEN), F.col(n))).alias(f"{n}_step"),
+                     F.sum(n).alias(f"{n}_now")]
+        per_key = rows.groupBy(*kq).agg(*some, F.max(SEEN).alias(SEEN), *sums)
+        per_key = per_key.select("*", *[(F.col(f"{n}_now") - F.col(f"{n}_step"))
+                                        .alias(f"{n}_before") for n in names])
+    return per_key if kq else per_key.where(F.col("__rows") > 0).drop("__rows")
+
+
+def _over_times(rows: DataFrame, kq: list[str], names: list[str]) -> DataFrame:
+    """Per touched key and time: the running totals (`_now`), the key's next time, and the
+    row's own terms (`_step`: the step's, or on the baseline row (SEEN) the totals before)."""
+    w = Window.partitionBy(*kq).orderBy(TIME)
+    run = w.rowsBetween(Window.unboundedPreceding, 0)
+    return rows.select(*kq, TIME, SEEN, *[F.col(n).alias(f"{n}_step") for n in names],
+                       *[F.sum(n).over(run).alias(f"{n}_now") for n in names],
+                       F.lead(TIME).over(w).alias(NEXT))
 
 
 def _rebuilt(view, frontier: int, kq: list[str], terms: list[tuple], kinds: dict) -> Totals:
@@ -154,41 +225,71 @@ def _merged(kq: list[str], names: list[str]):
     return merge
 
 
-def _unsure(node: ir.Reduce, terms: list[tuple], kinds: dict):
-    """Whether a row's totals cannot decide the group: a zero weight of the group (an
-    aggregate's) or of a sum's non-null records, a value total lost (NULL) or beyond a
-    BIGINT sum's range. A count is always decided: its group exists while its weight is
-    not zero."""
+def _unsure(node: ir.Reduce, terms: list[tuple], kinds: dict, when: str):
+    """Whether a row's totals (`_now` or `_before`) cannot decide the group: a zero weight
+    of the group (an aggregate's) or of a sum's non-null records, a value total lost (NULL)
+    or beyond a BIGINT sum's range. A count is always decided: its group exists while its
+    weight is not zero."""
     red = node.reduction
     if red.kind == "count":
         return F.lit(False)
-    at = {(w, c): n for n, w, c in terms}
-    checks = [F.col(f"{at[('weight', None)]}_now") == 0] if red.kind == "aggregate" else []
+    at = {(w, c): F.col(f"{n}_{when}") for n, w, c in terms}
+    checks = [at[("weight", None)] == 0] if red.kind == "aggregate" else []
     for _, kind, column in red.value_parts():
         if kind != "sum":
             continue
-        v = F.col(f"{at[('value', column)]}_now")
-        checks += [F.col(f"{at[('weight', column)]}_now") == 0, v.isNull()]
+        v = at[("value", column)]
+        checks += [at[("weight", column)] == 0, v.isNull()]
         if isinstance(kinds[column], INTEGRAL):
             checks.append(F.abs(v) > F.lit(LONG))
     return fold(lambda a, b: a | b, checks)
 
 
-def _emitted(node: ir.Reduce, running: DataFrame, keys: list[str], terms: list[tuple],
-             frontier: int) -> DataFrame:
-    """Each row's result at its time (+1 from the frontier on) and retracted at the key's
-    next time (-1), where the group exists: its weight (a sum's non-null one) is not zero.
-    Rows of unsure keys come out too; the caller replaces them."""
+def _result(node: ir.Reduce, terms: list[tuple], when: str, schema: StructType):
+    """The result of a row's totals (`_now` or `_before`): its value columns by name, of
+    `schema`'s types, and whether the group exists (its weight, a sum's non-null one, is not zero)."""
     red = node.reduction
-    at = {(w, c): f"{n}_now" for n, w, c in terms}
-    values = []
-    for name, kind, column in red.value_parts():
-        if kind == "count":
-            values.append(F.col(at[("weight", column)]).alias(name))
-        else:
-            values.append(F.col(at[("value", column)]).alias(name))
-    exists = F.col(at[("weight", None)] if red.kind != "sum" else
-                   at[("weight", red.column)]) != 0
+    at = {(w, c): F.col(f"{n}_{when}") for n, w, c in terms}
+    values = {name: at[("weight" if kind == "count" else "value", column)]
+              .cast(schema[name].dataType) for name, kind, column in red.value_parts()}
+    exists = at[("weight", None if red.kind != "sum" else red.column)] != 0
+    return values, exists
+
+
+def _emitted(node: ir.Reduce, running: DataFrame, keys: list[str], terms: list[tuple],
+             frontier: int, schema: StructType) -> DataFrame:
+    """Each row's result at its time (+1 from the frontier on) and retracted at the key's
+    next time (-1), where the group exists. Rows of unsure keys come out too; the caller
+    replaces them."""
+    values, exists = _result(node, terms, "now", schema)
     emitted = signed(F.col(TIME), F.col(NEXT), F.lit(1).cast("bigint"), frontier)
-    return (running.where(exists)
-            .select(*[F.col(q(k)) for k in keys], *values, F.inline(emitted)))
+    return _cast(running.where(exists).select(*map(q, keys), *_named(values),
+                                              F.inline(emitted)), schema)
+
+
+def _changed(node: ir.Reduce, running: DataFrame, keys: list[str], terms: list[tuple],
+             frontier: int, schema: StructType) -> DataFrame:
+    """A step of one time: per key, the result before retracted and the result now inserted
+    where the two differ, so the changes are consolidated (two keys' records differ in
+    their key). One pass over the rows. Rows of unsure keys come out too; the caller
+    replaces them."""
+    now, exists_now = _result(node, terms, "now", schema)
+    before, exists_before = _result(node, terms, "before", schema)
+    exists_before = F.col(SEEN) & exists_before
+    differ = fold(lambda a, b: a | b, [~now[n].eqNullSafe(before[n]) for n in now],
+                  exists_now != exists_before)
+    one = F.lit(1).cast("bigint")
+    emitted = F.array_compact(F.array(
+        F.when(exists_now & differ, F.struct(*_named(now), one.alias(DIFF))),
+        F.when(exists_before & differ, F.struct(*_named(before), (-one).alias(DIFF)))))
+    at = F.lit(frontier).cast("bigint").alias(TIME)
+    return _cast(running.select(*map(q, keys), F.inline(emitted), at), schema)
+
+
+def _named(values: dict) -> list:
+    return [v.alias(n) for n, v in values.items()]
+
+
+def _cast(df: DataFrame, schema: StructType) -> DataFrame:
+    """`df`'s columns in `schema`'s order and types."""
+    return df.select(*[F.col(q(f.name)).cast(f.dataType) for f in schema.fields])

@@ -7,7 +7,7 @@ as of the last frontier. Each step appends the count's own output changes weight
 count (+new, -old per touched key: no extra job), and merging compacts them to a row per
 key, so the state grows with the keys, not the input (a triangle count keeps one row, not
 every triangle). A step reads the input's changes and the totals of the keys they touch,
-as the Spark placement's running totals do (spark_totals.py `counted_changes`).
+as the Spark placement's running totals do (spark_totals.py `count_changes`).
 """
 from __future__ import annotations
 

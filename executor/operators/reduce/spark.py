@@ -18,7 +18,8 @@ from __future__ import annotations
 from functools import reduce as fold
 
 from pyspark.sql import DataFrame, Window, functions as F
-from pyspark.sql.types import ArrayType, DecimalType, MapType, NumericType, StructType
+from pyspark.sql.types import (ArrayType, DecimalType, LongType, MapType, NumericType, StructField,
+                               StructType)
 
 from executor.arrange.spine import checkpoint
 from executor.arrange.trace import View
@@ -175,10 +176,11 @@ def delta(node: ir.Reduce, view: View, pending, frontier: int, upto, time_cols, 
     same = equality(empty)
     kinds = {f.name: f.dataType for f in empty.schema.fields}
     single = upto == frontier + 1  # the step's updates are all at time `frontier`
-    if counted and schema is not None:
-        return spark_totals.counted_changes(node, view, ready, frontier, same, schema,
-                                            single), pending, single
-    terms = spark_totals.layout(node, kinds) if trace is not None else None
+    terms = spark_totals.layout(node, kinds) if trace is not None and not counted else None
+    if node.reduction.kind == "count" and terms is None:
+        return spark_totals.count_changes(node, view, ready, frontier, same,
+                                          schema or _count_schema(node, empty),
+                                          single), pending, single
     if terms is not None:
         def regrouped(only: DataFrame, broadcast: bool) -> DataFrame:
             return _regrouped(node, view, of_keys(ready, only, kq, same, broadcast=broadcast),
@@ -188,11 +190,8 @@ def delta(node: ir.Reduce, view: View, pending, frontier: int, upto, time_cols, 
             node, view, ready, frontier, trace.spark_totals.get(node.reduction), terms,
             INFINITY if upto is None else upto, same, regrouped, schema, single)
         return out, pending, single
-    kind = node.reduction.kind
-    if kind == "count" or (kind in ("distinct", "threshold") and keys == records):
+    if node.reduction.kind in ("distinct", "threshold") and keys == records:
         running = _running(view, ready, frontier, kq, same)
-        if kind == "count":
-            return _counts(running, kq), pending, False
         return _thresholded(running, kq, node.reduction), pending, False
     return _regrouped(node, view, ready, frontier, records, backend, same, empty), pending, False
 
@@ -223,13 +222,19 @@ def _regrouped(node: ir.Reduce, view: View, ready: DataFrame, frontier: int, rec
     return _emit(out, grid, keys, out_records, frontier, same)
 
 
+def _count_schema(node: ir.Reduce, empty: DataFrame) -> StructType:
+    """A count's output: its key columns, `count` (BIGINT), time and diff."""
+    fields = {f.name: f for f in empty.schema.fields}
+    return StructType([fields[k] for k in node.by] + [StructField("count", LongType())] +
+                      [fields[TIME], fields[DIFF]])
+
+
 def _running(view: View, ready: DataFrame, frontier: int, kq: list[str], same) -> DataFrame:
     """Per key and time of the step's changes: the key's summed multiplicity then (`count`)
     and at its previous time (`__prev`, null before its first). The old batches
     (semi-joined with the touched keys) give each key's sum at F-1, the step's updates its
-    changes; one window runs the sums. No grid, no history join: the fast path of the
-    reductions that depend only on a key's total (count; distinct and threshold, whose key
-    is the whole record)."""
+    changes; one window runs the sums. No grid, no history join: the fast path of distinct
+    and threshold over whole records (a count's is spark_totals.count_changes)."""
     changes = ready.groupBy(*kq, TIME).agg(F.sum(DIFF).alias(M)).where(F.col(M) != 0)
     rows = changes
     if view.old:
@@ -242,15 +247,6 @@ def _running(view: View, ready: DataFrame, frontier: int, kq: list[str], same) -
     now = F.sum(M).over(w.rowsBetween(Window.unboundedPreceding, 0))
     running = rows.withColumn("count", now).withColumn("__prev", F.lag("count").over(w))
     return running.where(F.col(TIME) >= frontier)
-
-
-def _counts(running: DataFrame, kq: list[str]) -> DataFrame:
-    """count: at each time the new count (+1) and the previous one (-1), zeros left out."""
-    signed = F.array_compact(F.array(
-        F.when(F.col("count") != 0, F.struct(F.col("count"), F.lit(1).cast("bigint").alias(DIFF))),
-        F.when(F.col("__prev") != 0, F.struct(F.col("__prev").alias("count"),
-                                              F.lit(-1).cast("bigint").alias(DIFF)))))
-    return running.select(*kq, F.inline(signed), F.col(TIME)).select(*kq, "count", TIME, DIFF)
 
 
 def _thresholded(running: DataFrame, kq: list[str], red: ir.Reduction) -> DataFrame:

@@ -13,7 +13,7 @@ sums per key over its times and emits the results' differences as the grid path 
 frontier + 1, the common case) needs no window: one aggregate per key gives the totals
 before and after, and the results that differ come out consolidated, so the runner skips
 its consolidation of the output. A count over a counted arrangement (counted.py) reads
-that arrangement's trace as its totals.
+that arrangement's trace as its totals, and one over another runner's trace its batches.
 
 A zero weight does not prove a group empty (+1 and -1 of different records cancel), nor a
 zero non-null weight a sum NULL: those keys, and any whose total left a value's range, are
@@ -112,10 +112,11 @@ def delta(node: ir.Reduce, view, ready: DataFrame, frontier: int, kept: Optional
     return out, Totals(kept.spine.appended(added, 1), upper)
 
 
-def counted_changes(node: ir.Reduce, view, ready: DataFrame, frontier: int, same,
-            schema: StructType, single: bool) -> DataFrame:
-    """A count's changes over a counted arrangement (counted.py), whose trace holds rows
-    whose diffs sum to each key's count: the count's totals already."""
+def count_changes(node: ir.Reduce, view, ready: DataFrame, frontier: int, same,
+                  schema: StructType, single: bool) -> DataFrame:
+    """A count's changes where no totals are kept beside its arrangement: the diffs of the
+    arrangement's batches before the step sum per key to its counts, whether they are the
+    updates (an imported trace) or a counted arrangement's totals (counted.py)."""
     held = [b.select(*map(q, node.by), F.col(DIFF).alias("__t0")) for b in view.old]
     return changes(node, ready, frontier, held, [("__t0", "weight", None)], same, None, schema,
                    single)[0]

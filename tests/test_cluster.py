@@ -119,9 +119,9 @@ class Cluster:
         return proc
 
 
-def finished(proc: subprocess.Popen) -> tuple[int, str, str]:
+def finished(proc: subprocess.Popen, timeout: int = SUBMIT_TIMEOUT) -> tuple[int, str, str]:
     """(exit status, stdout, stderr) of a submitted job (logs in files: no pipe to fill)."""
-    proc.wait(timeout=SUBMIT_TIMEOUT)
+    proc.wait(timeout=timeout)
     out, err = (path.read_text(errors="replace") for path in proc.logs)
     return proc.returncode, out, err
 
@@ -240,3 +240,102 @@ def test_flagship_stream_on_the_cluster_equals_local_mode(cluster, graph, spark,
     local = _counts(capsys.readouterr().out.splitlines())
     assert _counts(out.splitlines()) == local
     assert len(local) == 3 and local[-1].endswith("(OK)")
+
+
+FAMILIES = ROOT / "plans" / "examples" / "families.py"
+
+
+def family_updates(seed: int = 7) -> dict:
+    """Orders and customers at times 0 and 1 with every column type, nulls and retractions
+    (a third of time 1's updates retract a record of time 0)."""
+    import datetime as dt
+    import random
+    from decimal import Decimal
+
+    from plans.examples.families import CUSTOMERS, ORDERS
+
+    rng = random.Random(seed)
+
+    def maybe(values):
+        return rng.choice([None, *values])
+
+    def order():
+        return (rng.randrange(40), rng.randrange(12), maybe(["new", "paid", "é"]),
+                maybe([Decimal("1.50"), Decimal("-2.25"), Decimal("0.00"), Decimal("123.45")]),
+                maybe([dt.date(2020, 1, 1), dt.date(1969, 12, 31), dt.date(2024, 2, 29)]),
+                maybe([dt.datetime(2021, 5, 6, 7, 8, 9, 123456), dt.datetime(1970, 1, 1)]),
+                maybe([0.5, -1.25, 0.0, 3.0]), maybe([True, False]))
+
+    def customer():
+        return (rng.randrange(14), maybe(["ann", "bob", ""]), maybe(["retail", "corp"]))
+
+    out = {}
+    for name, ddl, make, per_time in (("orders", ORDERS, order, 150),
+                                      ("customers", CUSTOMERS, customer, 20)):
+        updates, live = [], []
+        for t in range(2):
+            for _ in range(per_time):
+                if live and rng.random() < (0.33 if t else 0):
+                    updates.append((live.pop(rng.randrange(len(live))), t, -1))
+                else:
+                    live.append(make())
+                    updates.append((live[-1], t, 1))
+        out[name] = (ddl, updates)
+    return out
+
+
+def tasks_by_executor(app: Path) -> dict[str, int]:
+    """Per executor of a standalone application (work/APP/EXECUTOR/stderr), the tasks its
+    log says it ran (at spark.log.level INFO, which the executors follow)."""
+    return {d.name: (d / "stderr").read_text(errors="replace").count("Running task ")
+            for d in app.iterdir() if (d / "stderr").is_file()}
+
+
+@pytest.mark.slow  # a standalone cluster: five JVMs or more
+def test_every_operator_family_steps_on_the_executors_and_equals_the_driver_placement(
+        cluster, spark, conf, tmp_path):
+    """`run` of plans/examples/families.py (linear chains, join, semijoin, antijoin, count,
+    sum, min, max, distinct, threshold, top_k, a user kernel, conjunctive queries and an
+    iterate, over every column type with nulls) in 2 steps with retractions and
+    diffspark.host.step_rows=0: every step on the Spark placement, whose tasks the worker's
+    executor ran (its log counts them; the driver runs none in a standalone application).
+    Every output equals a local run of the same files on the driver placement and the
+    reference interpreter."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from conftest import updates_table
+    from executor import Runner
+    from executor.apps.cli import load_plan
+    from executor.reference import reference, rows_of
+
+    data = family_updates()
+    paths = {}
+    for name, (ddl, updates) in data.items():
+        paths[name] = str(tmp_path / f"{name}.parquet")
+        pq.write_table(updates_table(ddl, updates), paths[name])
+    apps = cluster.base / "work"
+    before = set(apps.iterdir()) if apps.exists() else set()
+    status, out, err = finished(cluster.submit(
+        "run", str(FAMILIES), *[f"--input={n}={p}" for n, p in paths.items()],
+        "--output", str(tmp_path / "cluster"), "--steps", "2",
+        "--conf", "diffspark.host.step_rows=0", "--conf", "spark.log.level=INFO"),
+        timeout=3 * SUBMIT_TIMEOUT)
+    assert status == 0, err[-3000:]
+    assert "step 2/2" in out
+    (app,) = set(apps.iterdir()) - before
+    ran = tasks_by_executor(app)
+    assert ran and sum(ran.values()) > 0, ran
+
+    flow = load_plan(str(FAMILIES))
+    runner = Runner(flow, conf=conf, spark=spark)
+    tables = {n: updates_table(ddl, u) for n, (ddl, u) in data.items()}
+    for t in range(2):
+        feed = {n: table.filter(pc.equal(table["time"], t)) for n, table in tables.items()}
+        assert runner.step(feed, upto=t + 1).host
+    want = reference(spark, flow.outputs, {n: u for n, (_, u) in data.items()})
+    for name in flow.outputs:
+        on_cluster = rows_of(spark.read.parquet(str(tmp_path / "cluster" / name)))
+        assert on_cluster == rows_of(runner.output(name)) == want[name], name
+    assert any(d < 0 for name in want for _, _, d in want[name])
+    assert want["linked"] and want["revenue"]

@@ -1,70 +1,28 @@
-"""The driver placement over every column type: the reduce family, joins and linear chains
-on STRING, DATE, TIMESTAMP, DECIMAL, DOUBLE and BOOLEAN columns with nulls, stepped on the
-driver, against the reference interpreter and against a runner that steps on Spark."""
+"""The driver placement over every column type: the reduce family, joins, queries and linear
+chains (plans/examples/families.py) on STRING, DATE, TIMESTAMP, DECIMAL, DOUBLE and BOOLEAN
+columns with nulls, stepped on the driver, against the reference interpreter and against a
+runner that steps on Spark."""
 from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import examples, updates_table
 from executor import Runner
 from executor.reference import reference, rows_of
 from plans import Dataflow
+from plans.examples import families
+from plans.examples.families import CUSTOMERS, ORDERS
 
-ORDERS = ("o_id BIGINT, c_id BIGINT, status STRING, total DECIMAL(12,2), placed DATE, "
-          "at TIMESTAMP, score DOUBLE, rush BOOLEAN")
-CUSTOMERS = "c_id BIGINT, name STRING, segment STRING"
 HORIZON = 5
 SPARK_ONLY = {"diffspark.host.step_rows": "0"}
 
 
-def count_positive(xp, group, cols, count):
-    """A user reduction: per group, how many rows have score > 0 (multiplicity counted)."""
-    n = int(group.shape[0] and (xp.max(group) + 1))
-    hits = xp.where(cols["score"] > 0, count, xp.zeros_like(count))
-    totals = xp.zeros(n, dtype=xp.int64)
-    for g in range(n):  # small groups in tests; a real kernel would segment-sum
-        totals[g] = xp.sum(xp.where(group == g, hits, xp.zeros_like(hits)))
-    return xp.arange(n, dtype=xp.int64), {"positive": totals}
-
-
 def relational_flow() -> Dataflow:
     flow = Dataflow()
-    o = flow.input("orders", ORDERS)
-    c = flow.input("customers", CUSTOMERS)
-    j = o.arrange_by_key("c_id").join(c.arrange_by_key("c_id"), on=["c_id"])
-    flow.output("revenue", j.sum("total", by=["segment"]))
-    flow.output("ids", o.sum("o_id", by=["status"]))
-    flow.output("orders_per", j.count(by=["segment"]))
-    flow.output("first_name", j.min("name", by=["segment"]))
-    flow.output("latest", o.max("placed", by=["c_id"]))
-    flow.output("last_at", o.max("at", by=["rush"]))
-    flow.output("best", o.max("score", by=["status"]))
-    flow.output("top", o.top_k(2, order_by="total", by=["c_id"]))
-    flow.output("top_expr", o.map("c_id", "status", "total").top_k(
-        1, order_by="-total", by=["status"]))
-    flow.output("top_desc", o.top_k(2, order_by="placed DESC NULLS FIRST, total", by=["status"]))
-    flow.output("statuses", o.map("c_id", "status").distinct())
-    flow.output("priced", o.filter("total IS NULL OR total > 0").map(
-        "c_id", "upper(status) AS status", "total * 2 AS doubled", "placed",
-        "CASE WHEN rush THEN 'rush' ELSE 'normal' END AS speed").count(by=["status", "speed"]))
-    flow.output("twice", o.map("status", "rush").threshold("CASE WHEN count >= 2 THEN 1 ELSE 0 END"))
-    flow.output("lonely", c.antijoin(o, on=["c_id"]))
-    flow.output("kept", o.semijoin(c.filter("segment IS NOT NULL"), on=["c_id"]))
-    flow.output("positive", o.map("c_id", "score").filter("score IS NOT NULL").reduce(
-        by=["c_id"], kernel=count_positive, schema="positive BIGINT"))
-    # conjunctive queries over codes: a STRING join variable with nulls (null matches
-    # nothing), STRING and DECIMAL constants, a DATE comparison, nullable head variables
-    rs, rp, rt = (o.map("c_id", col) for col in ("status", "placed", "total"))
-    flow.output("same_status", flow.query("q(a, b, s) :- rs(a, s), rs(b, s)", rs=rs))
-    flow.output("paid_on", flow.query("q(a, p) :- rs(a, 'paid'), rp(a, p), rt(a, 0)",
-                                      rs=rs, rp=rp, rt=rt))
-    flow.output("earlier", flow.query("q(a, p, p2) :- rp(a, p), rp(a, p2), p < p2", rp=rp))
-    flow.output("named", flow.query("q(a, n, s) :- rs(a, s), cn(a, n)", rs=rs,
-                                    cn=c.map("c_id", "name")))
+    families.relational(flow)
     return flow
 
 

@@ -111,8 +111,11 @@ def _rule(rule: cq.DeltaRule, seed: DataFrame, ctx: _Context, head) -> DataFrame
 def _read(p: DataFrame, t: DataFrame, cols: list[str], on, reads: str,
           extra=()) -> DataFrame:
     """Prefixes joined with the records of an atom whose columns equal the prefix's
-    variables (`on`: (column, variable)), read as of the prefix's time; diffs multiply."""
-    pa, ta = p.alias("p"), t.alias("t")
+    variables (`on`: (column, variable)), read as of the prefix's time; diffs multiply.
+    The records are re-aliased first: an arranged batch is a checkpoint of the prefixes' own
+    lineage with the same attribute ids, and Spark then resolves none of `t`'s columns."""
+    pa = p.alias("p")
+    ta = t.select(*[F.col(q(c)).alias(c) for c in t.columns]).alias("t")
     cond = [F.col(f"t.{q(cols[k])}") == F.col(f"p.{q(v)}") for k, v in on]
     before = F.col(f"t.{TIME}") <= F.col(f"p.{TIME}") if reads == "new" else \
         F.col(f"t.{TIME}") < F.col(f"p.{TIME}")

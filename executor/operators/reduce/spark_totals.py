@@ -153,12 +153,11 @@ def changes(node: ir.Reduce, ready: DataFrame, frontier: int, held: list[DataFra
         rows = rows.unionByName(base.select(*rows.columns))
     running = _per_key(rows, kq, names, bool(held)) if single else \
         _over_times(rows, kq, names)
-    added = (running if single else running.where(~F.col(SEEN))).select(
-        *kq, *[F.col(f"{n}_step").alias(n) for n in names])
     emitted = _changed if single else _emitted
-    if node.reduction.kind == "count":  # always decided: the rows are read once, lazily
+    if node.reduction.kind == "count":  # always decided: the rows are computed lazily
         running = checkpoint(running, eager=False, storage=STEP)
-        return emitted(node, running, keys, terms, frontier, schema), added
+        return (emitted(node, running, keys, terms, frontier, schema),
+                _added(running, kq, names, single))
     doubt = _unsure(node, terms, kinds, "now")
     if single:  # the result retracted is decided by the totals before
         doubt = doubt | (F.col(SEEN) & _unsure(node, terms, kinds, "before"))
@@ -166,6 +165,7 @@ def changes(node: ir.Reduce, ready: DataFrame, frontier: int, held: list[DataFra
     running = checkpoint(running.withColumn("__unsure", doubt), eager=False, storage=STEP)
     unsure = running.where("__unsure").count()
     out = emitted(node, running, keys, terms, frontier, schema)
+    added = _added(running, kq, names, single)
     if not unsure:
         return out, added
     bad = running.where("__unsure").select(*kq).distinct()
@@ -173,6 +173,13 @@ def changes(node: ir.Reduce, ready: DataFrame, frontier: int, held: list[DataFra
     decided = of_keys(out, bad, kq, same, how="left_anti", broadcast=small)
     again = _cast(regrouped(bad, small), schema)
     return decided.unionByName(consolidate(again, [TIME]) if single else again), added
+
+
+def _added(running: DataFrame, kq: list[str], names: list[str], single: bool) -> DataFrame:
+    """The rows the step adds to the totals (read from the checkpointed `running`, so that
+    the spine never recomputes them): its terms per touched key (and time)."""
+    step = running if single else running.where(~F.col(SEEN))
+    return step.select(*kq, *[F.col(f"{n}_step").alias(n) for n in names])
 
 
 def _per_key(rows: DataFrame, kq: list[str], names: list[str], held: bool) -> DataFrame:
@@ -248,7 +255,8 @@ def _unsure(node: ir.Reduce, terms: list[tuple], kinds: dict, when: str):
 
 def _result(node: ir.Reduce, terms: list[tuple], when: str, schema: StructType):
     """The result of a row's totals (`_now` or `_before`): its value columns by name, of
-    `schema`'s types, and whether the group exists (its weight, a sum's non-null one, is not zero)."""
+    `schema`'s types, and whether the group exists (its weight, a sum's non-null one, is
+    not zero)."""
     red = node.reduction
     at = {(w, c): F.col(f"{n}_{when}") for n, w, c in terms}
     values = {name: at[("weight" if kind == "count" else "value", column)]

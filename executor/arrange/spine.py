@@ -27,7 +27,8 @@ T = TypeVar("T")
 STORAGE = StorageLevel.MEMORY_AND_DISK
 # A step's own results (its outputs and held updates, an operator's result that several
 # read, a reduction's running totals) are read within the step or by the caller right after,
-# and merged into serialized spines later: kept as row objects, they skip Kryo both ways (a 10M-update count step: 10.1 -> 8.8 s, its toArrow 0.8 -> 0.5 s).
+# and merged into serialized spines later: kept as row objects, they skip Kryo both ways
+# (a 10M-update count step: 10.1 -> 8.8 s, its toArrow 0.8 -> 0.5 s).
 STEP = StorageLevel.MEMORY_AND_DISK_DESER
 
 

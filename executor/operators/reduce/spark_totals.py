@@ -117,9 +117,9 @@ def count_changes(node: ir.Reduce, view, ready: DataFrame, frontier: int, same,
     """A count's changes where no totals are kept beside its arrangement: the diffs of the
     arrangement's batches before the step sum per key to its counts, whether they are the
     updates (an imported trace) or a counted arrangement's totals (counted.py)."""
-    held = [b.select(*map(q, node.by), F.col(DIFF).alias("__t0")) for b in view.old]
-    return changes(node, ready, frontier, held, [("__t0", "weight", None)], same, None, schema,
-                   single)[0]
+    terms = layout(node, {})  # a count's: the weight of every record
+    held = [b.select(*map(q, node.by), F.col(DIFF).alias(terms[0][0])) for b in view.old]
+    return changes(node, ready, frontier, held, terms, same, None, schema, single)[0]
 
 
 def changes(node: ir.Reduce, ready: DataFrame, frontier: int, held: list[DataFrame],
@@ -241,7 +241,7 @@ def _unsure(node: ir.Reduce, terms: list[tuple], kinds: dict, when: str):
     red = node.reduction
     if red.kind == "count":
         return F.lit(False)
-    at = {(w, c): F.col(f"{n}_{when}") for n, w, c in terms}
+    at = _totals(terms, when)
     checks = [at[("weight", None)] == 0] if red.kind == "aggregate" else []
     for _, kind, column in red.value_parts():
         if kind != "sum":
@@ -253,12 +253,17 @@ def _unsure(node: ir.Reduce, terms: list[tuple], kinds: dict, when: str):
     return fold(lambda a, b: a | b, checks)
 
 
+def _totals(terms: list[tuple], when: str) -> dict:
+    """A row's totals (`_now`, `_before`) as columns by (what, input column)."""
+    return {(w, c): F.col(f"{n}_{when}") for n, w, c in terms}
+
+
 def _result(node: ir.Reduce, terms: list[tuple], when: str, schema: StructType):
     """The result of a row's totals (`_now` or `_before`): its value columns by name, of
     `schema`'s types, and whether the group exists (its weight, a sum's non-null one, is
     not zero)."""
     red = node.reduction
-    at = {(w, c): F.col(f"{n}_{when}") for n, w, c in terms}
+    at = _totals(terms, when)
     values = {name: at[("weight" if kind == "count" else "value", column)]
               .cast(schema[name].dataType) for name, kind, column in red.value_parts()}
     exists = at[("weight", None if red.kind != "sum" else red.column)] != 0

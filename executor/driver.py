@@ -21,10 +21,9 @@ on Spark, a Spark frame: executor/arrange/spine.py `as_frame` and `as_table` let
 placement read the other's), released when the frontier passes them.
 
 Spark stays the reference and the state: traces receive the driver's updates when Spark next
-reads them. A step runs on Spark instead when it is big, when the plan holds another operator
-(a query inside an iterate), when an iterate's input holds updates for later times, or when a
-value has no code (`Unsupported`, raised before anything is committed). Tests run every
-operator both ways.
+reads them. A step runs on Spark instead when it is big, when an iterate's input holds updates
+for later times, or when a value has no code (`Unsupported`, raised before anything is
+committed). Tests run every operator both ways.
 """
 from __future__ import annotations
 
@@ -77,8 +76,8 @@ def describe(runner, last: Optional[str]) -> str:
         rule = (f"driver: a step whose inputs hold at most {host_step_rows(runner.conf):,} "
                 f"rows each ({HOST_STEP_ROWS_KEY}), whose arrangements hold at most "
                 f"{host_mirror_rows(runner.conf):,} records ({HOST_MIRROR_ROWS_KEY}) and whose "
-                "values all have codes; spark: any other step, a conjunctive query inside an "
-                "iterate, an iterate whose inputs hold updates for later times")
+                "values all have codes; spark: any other step, an iterate whose inputs hold "
+                "updates for later times")
     elif host_step_rows(runner.conf) == 0:
         rule = f"spark: every step ({HOST_STEP_ROWS_KEY}=0)"
     else:
@@ -173,7 +172,7 @@ class DriverStep:
             return self._reduce(node)
         if isinstance(node, ir.Join):
             return join.delta(self, node)
-        if isinstance(node, ir.Query) and self.scope is None:
+        if isinstance(node, ir.Query):  # never inside a scope: the builder refuses it there
             return query.delta(self, node)
         if isinstance(node, ir.Iterate):
             return iterate.run(self, node)
@@ -192,9 +191,11 @@ class DriverStep:
                           xp.concat([p.d for p in parts]))
 
     def consolidated(self, c: Changes) -> Changes:
+        if c.canonical:
+            return c
         keys, d = consolidate(self.xp, [*c.cols, *c.times], c.d)
         n = len(c.cols)
-        return Changes.of(c.schema, keys[:n], keys[n:], d)
+        return Changes.of(c.schema, keys[:n], keys[n:], d, canonical=True)
 
     def delta(self, changes: Changes) -> Optional[tuple]:
         """(rows, a function decoding `changes` to Arrow) for a durable runner's state

@@ -19,7 +19,10 @@ A big settled packed index also keeps presence bits for the pairs of its heavies
 (`hubs`). In a skewed relation the proposing extender is the one with fewer candidates, so
 the validating one is mostly a heavy key: on a 1M-edge R-MAT graph the 4,096 heaviest keys
 take 97% of a triangle query's validations. A bit is one gather where a search over the whole
-index is ~20 dependent probes (~40 ns each on numpy).
+index is ~20 dependent probes (~40 ns each on numpy). The proposing prefixes are split by
+whether their key is such a hub before their candidates are made, so each candidate is
+either a bit test or a search, never asked which; a candidate's diff is gathered only once
+the validators have kept it (a unit index proposes diff 1).
 """
 from typing import NamedTuple, Optional
 
@@ -218,69 +221,107 @@ def extend_as_of(xp, keys, t, diff, indices, reads, ranges=None):
     out = [[], [], []]
     for j, ix in enumerate(indices):
         rows = xp.take(live, xp.nonzero(winner == j)[0])
-        lo, hi = (xp.take(a, rows) for a in ranges[j])
-        n = hi - lo  # candidates of each proposing prefix, in order: repeats, not gathers
-        first_out = xp.cumulative_sum(n, include_initial=True)[:-1]
-        pos = xp.repeat(lo - first_out, n) + xp.arange(int(xp.sum(n)), dtype=xp.int64)
-        parent = xp.repeat(rows, n)
-        if not ix.settled:  # a settled index's rows are visible to every prefix
-            keep = xp.nonzero(visible(xp, xp.take(ix.times, pos), xp.take(t, parent),
-                                      reads[j]))[0]
-            parent, pos = xp.take(parent, keep), xp.take(pos, keep)
-            d = multiply_diffs(xp, xp.take(diff, parent), xp.take(ix.diffs, pos))
-        else:
-            d = xp.repeat(xp.take(diff, rows), n)
-            d = d if ix.unit else multiply_diffs(xp, d, xp.take(ix.diffs, pos))
-        value = xp.take(ix.csr.targets, pos)
-        for i, other in enumerate(indices):
-            if i == j:
-                continue
-            if bases[i] is not None:  # a live prefix's key is in every extender's index
-                found, m = _settled_found(xp, other, parent, bases[i], rows_of_bits[i], value)
-                parent, value, d = (xp.take(a, found) for a in (parent, value, d))
-                d = multiply_diffs(xp, d, m)  # no zero: m has none, and products are exact
-                continue
-            lo_i, hi_i = (xp.take(a, parent) for a in ranges[i])
-            rank = None if ranks[i] is None else xp.take(ranks[i], parent)
-            m = multiplicity(xp, other, lo_i, hi_i, value, xp.take(t, parent), reads[i], rank)
-            d = multiply_diffs(xp, d, m)
-            keep = xp.nonzero(d != 0)[0]  # shrink before the next validator
-            parent, value, d = (xp.take(a, keep) for a in (parent, value, d))
-        for col, a in zip(out, (parent, value, d)):
-            col.append(a)
+        bounded = [_bounded(ix, other) for other in indices]
+        for rows, hub in _by_hub(xp, indices, j, rows, rows_of_bits):
+            parent, value, d = _proposed(xp, ix, rows, ranges[j], t, diff, reads[j])
+            for i, other in enumerate(indices):
+                if i == j:
+                    continue
+                if bases[i] is not None:  # a live prefix's key is in every extender's index
+                    found, m = _settled_found(xp, other, parent, bases[i], rows_of_bits[i],
+                                              value, hub.get(i), bounded[i])
+                    parent, value = xp.take(parent, found), xp.take(value, found)
+                    d = None if d is None else xp.take(d, found)
+                    if m is not None:  # no zero in m, and products are exact
+                        d = multiply_diffs(xp, xp.take(diff, parent) if d is None else d, m)
+                    continue
+                d = xp.take(diff, parent) if d is None else d
+                lo_i, hi_i = (xp.take(a, parent) for a in ranges[i])
+                rank = None if ranks[i] is None else xp.take(ranks[i], parent)
+                m = multiplicity(xp, other, lo_i, hi_i, value, xp.take(t, parent), reads[i],
+                                 rank)
+                d = multiply_diffs(xp, d, m)
+                keep = xp.nonzero(d != 0)[0]  # shrink before the next validator
+                parent, value, d = (xp.take(a, keep) for a in (parent, value, d))
+            d = xp.take(diff, parent) if d is None else d
+            for col, a in zip(out, (parent, value, d)):
+                col.append(a)
     return tuple(xp.concat(col) for col in out)
 
 
-def _settled_found(xp, index, parent, base, bits, value):
-    """(rows, m): the queries whose (key, value) pair the settled packed index holds, in no
-    particular order, and each pair's diff (never 0). Query j asks for prefix parent[j]'s key:
-    `base` is each prefix's key's code base (_base), `bits` its key's row of presence bits
-    (index.hubs), or None. A hub pair is one bit; its diff is then 1 (index.unit) or one
-    search. The other keys' pairs are searched."""
-    if bits is None:
+def _by_hub(xp, indices, j, rows, rows_of_bits):
+    """The proposing prefixes `rows` in groups (rows, {validator: whether its key is a
+    hub}): split by the first validator with presence bits, so that each group's candidates
+    are all bit lookups or all searches there (no per-candidate test of which)."""
+    split = next((i for i, bits in enumerate(rows_of_bits) if i != j and bits is not None),
+                 None)
+    if split is None:
+        return [(rows, {})]
+    hub = xp.take(rows_of_bits[split], rows) != indices[split].hubs[2]
+    return [(xp.take(rows, xp.nonzero(hub)[0]), {split: True}),
+            (xp.take(rows, xp.nonzero(xp.logical_not(hub))[0]), {split: False})]
+
+
+def _proposed(xp, ix, rows, bounds, t, diff, reads):
+    """(parent, value, diff) of every candidate the prefixes `rows` propose from index `ix`
+    (their ranges `bounds`) and see as of their times; diff None for a settled index of unit
+    diffs, where it is the parent's (gathered once the validators have shrunk the rows)."""
+    lo, hi = (xp.take(a, rows) for a in bounds)
+    n = hi - lo  # candidates of each proposing prefix, in order: repeats, not gathers
+    first_out = xp.cumulative_sum(n, include_initial=True)[:-1]
+    pos = xp.repeat(lo - first_out, n) + xp.arange(int(xp.sum(n)), dtype=xp.int64)
+    parent = xp.repeat(rows, n)
+    if not ix.settled:  # a settled index's rows are visible to every prefix
+        keep = xp.nonzero(visible(xp, xp.take(ix.times, pos), xp.take(t, parent), reads))[0]
+        parent, pos = xp.take(parent, keep), xp.take(pos, keep)
+        d = multiply_diffs(xp, xp.take(diff, parent), xp.take(ix.diffs, pos))
+    else:
+        d = None if ix.unit else multiply_diffs(xp, xp.repeat(xp.take(diff, rows), n),
+                                                xp.take(ix.diffs, pos))
+    return parent, xp.take(ix.csr.targets, pos), d
+
+
+def _bounded(proposer, validator) -> bool:
+    """Whether every value `proposer` can propose lies in `validator`'s packed range (its
+    own packed range does), so that no candidate needs the range test."""
+    if proposer.pack is None or validator.pack is None:
+        return False
+    (low, span), (at, width) = proposer.pack, validator.pack
+    return low >= at and low + span <= at + width
+
+
+def _settled_found(xp, index, parent, base, bits, value, hub=None, bounded=False):
+    """(rows, m): the queries whose (key, value) pair the settled packed index holds, in
+    order, and each pair's diff (never 0; m None where all are 1). Query j asks for prefix
+    parent[j]'s key: `base` is each prefix's key's code base (_base), `bits` its key's row
+    of presence bits (index.hubs), or None. `hub`: whether every query's key is a hub (True),
+    none is (False), or either (None). `bounded`: every value is within the index's packed
+    range. A hub pair is one bit; its diff is then 1 (index.unit) or one search. The other
+    keys' pairs are searched."""
+    if bits is None or hub is False:
         m = _settled_lookup(xp, index, xp.take(base, parent), value)
         found = xp.nonzero(m != 0)[0]
         return found, xp.take(m, found)
     low, span = index.pack
     _, table, other = index.hubs
-    if value.shape[0] and (int(xp.min(value)) < low or int(xp.max(value)) >= low + span):
+    inside = None
+    if not bounded and value.shape[0] and (int(xp.min(value)) < low or
+                                           int(xp.max(value)) >= low + span):
         inside = xp.logical_and(value >= low, value <= low + (span - 1))
         value = xp.where(inside, value, xp.full_like(value, low))
-    else:
-        inside = None
     bits = xp.take(bits, parent)
     cell = bits + value
-    byte = xp.astype(xp.take(table, cell >> 3), xp.int64)
-    hit = (byte >> (cell & 7)) & 1
-    if inside is not None:
-        hit = xp.logical_and(hit == 1, inside)
-    hit = xp.nonzero(hit)[0]
+    byte = xp.take(table, cell >> 3)  # uint8 from here: an eighth of the bytes moved
+    hit = (byte >> xp.astype(cell & 7, xp.uint8)) & 1
+    hit = hit == 1 if inside is None else xp.logical_and(hit == 1, inside)
+    if hub:
+        found = xp.nonzero(hit)[0]
+        return found, None if index.unit else _settled_lookup(
+            xp, index, xp.take(base, xp.take(parent, found)), xp.take(value, found))
     searched = bits == other
     if inside is not None:
         searched = xp.logical_and(searched, inside)
-    rest = xp.nonzero(searched)[0]
-    m = _settled_lookup(xp, index, xp.take(base, xp.take(parent, rest)), xp.take(value, rest))
+    found = xp.nonzero(xp.logical_or(hit, searched))[0]  # in order; disjoint: other's bits are 0
+    m = _settled_lookup(xp, index, xp.take(base, xp.take(parent, found)), xp.take(value, found))
     kept = xp.nonzero(m != 0)[0]
-    m_hit = xp.ones(hit.shape[0], dtype=xp.int64) if index.unit else _settled_lookup(
-        xp, index, xp.take(base, xp.take(parent, hit)), xp.take(value, hit))
-    return xp.concat([hit, xp.take(rest, kept)]), xp.concat([m_hit, xp.take(m, kept)])
+    return xp.take(found, kept), xp.take(m, kept)

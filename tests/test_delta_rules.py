@@ -128,30 +128,40 @@ def test_multiplicity_packed_and_lockstep_agree_with_brute_force(xp, rows, asked
         assert host(xp, multiplicity(xp, index, lo, hi, values, late, reads)) == want
 
 
-@settings(max_examples=40, deadline=None)
-@given(rows=st.lists(st.tuples(st.integers(0, 5), st.integers(-4, 9), st.integers(-2, 2)),
-                     max_size=40),
+_PAIRS = st.lists(st.tuples(st.integers(0, 5), st.integers(-4, 9), st.integers(-2, 2)),
+                 max_size=40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=_PAIRS, others=_PAIRS | st.none(),
        asked=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6), st.integers(-2, 2)),
                       min_size=1, max_size=8),
-       bits=st.sampled_from([0, 1, 14, 40, 1 << 12]))
-def test_settled_extension_with_presence_bits_equals_brute_force(xp, rows, asked, bits):
-    """Two settled indexes over the same pairs (hub_bits: none, one key's row, some keys,
-    every key): each prefix (key_a, key_b) extends to the values both hold, with the product
-    of its diff and both multiplicities (a zero-sum pair is absent)."""
-    sums: dict = {}
-    for k, v, d in rows:
-        sums[(k, v)] = sums.get((k, v), 0) + d
-    cols = [i64(xp, [r[j] for r in rows]) for j in range(2)]
-    diff = i64(xp, [r[2] for r in rows])
-    index = build_timed_index(xp, *cols, xp.zeros_like(diff), diff, True, hub_bits=bits)
-    if bits and rows and any(sums.values()):
-        assert index.hubs is not None or bits < index.pack[1]
-    keys = [i64(xp, [a[j] for a in asked]) for j in range(2)]
-    t, pd = xp.zeros_like(keys[0]), i64(xp, [a[2] for a in asked])
-    parent, value, d = extend_as_of(xp, keys, t, pd, [index, index], ["new", "new"])
+       bits=st.sampled_from([0, 1, 14, 40, 1 << 12]), unit=st.booleans())
+def test_settled_extension_with_presence_bits_equals_brute_force(xp, rows, others, asked, bits,
+                                                                 unit):
+    """Two settled indexes over the same pairs, or over other pairs (values outside the
+    first's range included), with any diffs or unit diffs (hub_bits: none, one key's row,
+    some keys, every key): each prefix (key_a, key_b) extends to the values both hold, with
+    the product of its diff and both multiplicities (a zero-sum pair is absent)."""
+    def indexed(pairs):
+        pairs = [(k, v, 1) for k, v, _ in pairs] if unit else pairs
+        sums: dict = {}
+        for k, v, d in pairs:
+            sums[(k, v)] = sums.get((k, v), 0) + d
+        cols = [i64(xp, [r[j] for r in pairs]) for j in range(2)]
+        diff = i64(xp, [r[2] for r in pairs])
+        index = build_timed_index(xp, *cols, xp.zeros_like(diff), diff, True, hub_bits=bits)
+        if bits and pairs and any(sums.values()):
+            assert index.hubs is not None or bits < index.pack[1]
+        return index, sums
+
+    (a, sums_a), (b, sums_b) = indexed(rows), indexed(rows if others is None else others)
+    keys = [i64(xp, [q[j] for q in asked]) for j in range(2)]
+    t, pd = xp.zeros_like(keys[0]), i64(xp, [q[2] for q in asked])
+    parent, value, d = extend_as_of(xp, keys, t, pd, [a, b], ["new", "new"])
     got: dict = {}
     for p, v, x in zip(host(xp, parent), host(xp, value), host(xp, d)):
         got[(p, v)] = got.get((p, v), 0) + x
-    want = {(j, v): a[2] * sums[(a[0], v)] * sums.get((a[1], v), 0)
-            for j, a in enumerate(asked) for (k, v) in sums if k == a[0]}
+    want = {(j, v): q[2] * sums_a[(q[0], v)] * sums_b.get((q[1], v), 0)
+            for j, q in enumerate(asked) for (k, v) in sums_a if k == q[0]}
     assert {k: x for k, x in got.items() if x} == {k: x for k, x in want.items() if x}

@@ -60,11 +60,14 @@ class Changes:
     # The same updates as Arrow (records, times, diff; Coded's table): read instead of
     # decoding the codes, so a chain over an input sees the values exactly as given.
     arrow: Optional[pa.Table] = None
+    # Known consolidated: one row per (record, times), sorted by them, no zero diff.
+    canonical: bool = False
 
     @classmethod
-    def of(cls, schema: StructType, cols, times: list, d) -> "Changes":
+    def of(cls, schema: StructType, cols, times: list, d, canonical: bool = False
+           ) -> "Changes":
         return cls(schema, cols if isinstance(cols, Coded) else list(cols), times[0], d,
-                   list(times[1:]))
+                   list(times[1:]), canonical=canonical)
 
     @property
     def times(self) -> list:

@@ -124,11 +124,14 @@ class Mirror:
         """Every update (below `upper`)."""
         return self._concat_all([r for _, r in self.spine.batches])
 
-    def rows(self, asked: list) -> Run:
+    def rows(self, asked: list, superset: bool = False) -> Run:
         """Every update whose first len(asked) columns equal one of the asked tuples
         (`asked`: one array per column, keys first; repeats allowed); all updates for a
         mirror without keys. Each run is searched (binary searches per asked tuple), so a
-        lookup costs the rows found, not the rows that share a first column."""
+        lookup costs the rows found, not the rows that share a first column. With
+        `superset`, for a caller that ignores rows it did not ask for, a run of which the
+        asked tuples hold at least half comes whole: no gather (a big step asks for most of
+        an arrangement)."""
         xp = self.xp
         runs = [r for _, r in self.spine.batches]
         if self.nkeys == 0 or not runs:
@@ -144,6 +147,9 @@ class Mirror:
             hi = xp.searchsorted(run.cols[0], asked[0], side="right")
             if width > 1:
                 lo, hi = equal_range(xp, run.cols[1:width], lo, hi, tuple(asked[1:]))
+            if superset and 2 * int(xp.sum(hi - lo)) >= run.size:
+                parts.append(run)
+                continue
             _, rows = neighbours(xp, xp.arange(run.size, dtype=xp.int64), lo, hi)
             parts.append(Run(tuple(xp.take(c, rows) for c in run.cols), xp.take(run.t, rows),
                              xp.take(run.d, rows)))

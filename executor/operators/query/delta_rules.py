@@ -39,7 +39,8 @@ class Request:
     constants: tuple[tuple[int, int], ...]
 
 
-# lookup({request: [key tuples as arrays]}) -> {request: (key columns, value, time, diff)}
+# lookup({request: [key tuples as arrays]}) -> {request: (key columns, value, time, diff)};
+# rows under keys no prefix asked for may come too (an index of them is never probed there)
 Lookup = Callable[[dict], dict]
 
 _ROWS_PER_PREFIX = 8  # a settled index of at most this many rows per prefix gets presence bits
@@ -59,12 +60,14 @@ class _Prefixes:
                          xp.take(self.t, rows), xp.take(self.d, rows))
 
 
-def run(xp, query: cq.Query, rules, seeds: dict, lookup: Lookup, chunk_rows: int = 1 << 21,
+def run(xp, query: cq.Query, rules, seeds: dict, lookup: Lookup, chunk_rows: int = 1 << 19,
         null: Optional[int] = None, threads: int = 1):
     """The query's output changes from each rule's seeds: seeds[relation] = (columns, time,
     diff) of the updates at the times the rules run. Returns (head columns, time, diff),
     consolidated. With `null`, rows binding a joined variable to it are dropped. A big
-    extension's chunks run on up to `threads` threads (for numpy; one for a device)."""
+    extension's chunks run on up to `threads` threads (for numpy; one for a device); a
+    chunk of ~512K candidates keeps its arrays (4 MiB each) near the caches and the step's
+    peak memory, which a first step pays in page faults, low."""
     unbound = _Nulls(null, joined(query) if null is not None else frozenset())
     states = [(rule, _seed(xp, rule, *seeds[rule.relation], unbound)) for rule in rules]
     wants: dict = {}

@@ -33,17 +33,21 @@ def delta(step, node: ir.Query) -> Changes:
             step.value(arranged)
             mirror = step.views[arranged].read
             asked = [xp.concat([t[j] for t in tables]) for j in range(len(req.key))]
-            run = mirror.rows(asked)
+            run = mirror.rows(asked, superset=True)  # the index ignores keys not asked
             col = {n: run.cols[mirror.columns.index(n)] for n in names}
+            value = xp.zeros_like(run.t) if req.value is None else col[names[req.value]]
+            found = ([col[names[k]] for k in req.key], value, run.t, run.d)
+            if not req.constants and not req.repeats:
+                out[req] = found
+                continue
             keep = xp.ones(run.t.shape[0], dtype=xp.bool)
             for k, x in req.constants:
                 keep = xp.logical_and(keep, col[names[k]] == x)
-            value = xp.zeros_like(run.t) if req.value is None else col[names[req.value]]
             for k in req.repeats:
                 keep = xp.logical_and(keep, col[names[k]] == value)
             rows = xp.nonzero(keep)[0]
-            out[req] = ([xp.take(col[names[k]], rows) for k in req.key],
-                        xp.take(value, rows), xp.take(run.t, rows), xp.take(run.d, rows))
+            out[req] = ([xp.take(c, rows) for c in found[0]],
+                        *(xp.take(a, rows) for a in found[1:]))
         return out
 
     threads = host_threads(step.runner.conf) if is_numpy_namespace(xp) else 1

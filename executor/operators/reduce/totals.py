@@ -126,9 +126,9 @@ def delta(step, node: ir.Reduce, view, ready):
             _stacked(xp, now.keys, now.t, now.changes(exact)), since)
     if red.kind == "distinct":
         diff = xp.astype(now.now[0] > 0, xp.int64) - xp.astype(now.prev[0] > 0, xp.int64)
-        keep = xp.nonzero(diff != 0)[0]
+        keep = xp.nonzero(diff != 0)[0]  # one row per (record, time), sorted: canonical
         return Changes(schema, [xp.take(k, keep) for k in now.keys], xp.take(now.t, keep),
-                       xp.take(diff, keep))
+                       xp.take(diff, keep), canonical=True)
     if red.kind == "count":
         return _emitted(xp, schema, now.keys, now.t, [now.now[0]], [now.prev[0]],
                         now.now[0] != 0, now.prev[0] != 0)

@@ -139,8 +139,11 @@ class DriverStep:
         if before is not None:
             changes = self.concat([self.encoded(before, changes.schema), changes])
         later = changes.t >= self.upto
+        if not bool(xp.any(later)):  # the common case: nothing waits, nothing is copied
+            self.pending[key] = None
+            return changes
         self.pending[key] = self.consolidated(changes.take(xp, xp.nonzero(later)[0])).table(
-            xp, self.encoder) if bool(xp.any(later)) else None
+            xp, self.encoder)
         return changes.take(xp, xp.nonzero(xp.logical_not(later))[0])
 
     def value(self, node: ir.Node):

@@ -9,11 +9,10 @@ to `xp` and calls the kernel. The same cases size the kernel benchmark (benchmar
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import import_module
 from typing import Callable
 
 import numpy as np
-
-from importlib import import_module
 
 from . import arrow, csr, diffs, intersect, timed_index, times, wcoj
 from .backend import to_numpy

@@ -278,11 +278,12 @@ def test_run_over_small_files_runs_no_spark_job(spark, conf, tmp_path, fmt):
     checking the files, five steps, the close and writing the outputs run no Spark job.
     The files written are the reference interpreter's changes, as the Spark path writes
     them (every input read by Spark's reader, every step on Spark: step_rows 0)."""
+    from test_crash import PLAN as JOIN_COUNT, make_data as orders_and_prices
+
     from executor import Runner
     from executor.apps.cli import load_plan, run_plan
     from executor.reference import reference
     from plans.semantics import consolidate
-    from test_crash import PLAN as JOIN_COUNT, make_data as orders_and_prices
 
     inputs = orders_and_prices(tmp_path)  # as CSV
     paths = {name: str(tmp_path / f"{name}.csv") for name in inputs}

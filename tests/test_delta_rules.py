@@ -37,28 +37,33 @@ def lookup_in(xp, updates):
     return lookup
 
 
-def run_arrays(xp, text, order, updates, chunk_rows=1 << 21, threads=1):
+def run_arrays(xp, text, order, updates, chunk_rows=1 << 21, threads=1, canonical=False):
+    """The query's changes by the array rules; `canonical`: the seeds given consolidated
+    and sorted, and said so (the rules may then skip consolidating them)."""
     _, c = flow_of(text, order)
     query = c.node.query
     rules = rules_of(query, c.node.order)
-    seeds = {"g": ([i64(xp, [r[k] for r, _, _ in updates]) for k in range(2)],
-                   i64(xp, [t for _, t, _ in updates]), i64(xp, [d for _, _, d in updates]))}
+    given = sorted(consolidate(updates), key=lambda u: (u[0], u[1])) if canonical else updates
+    seeds = {"g": ([i64(xp, [r[k] for r, _, _ in given]) for k in range(2)],
+                   i64(xp, [t for _, t, _ in given]), i64(xp, [d for _, _, d in given]))}
     cols, t, d = delta_rules.run(xp, query, rules, seeds, lookup_in(xp, {"g": updates}),
-                                 chunk_rows, threads=threads)
+                                 chunk_rows, threads=threads,
+                                 canonical=frozenset({"g"} if canonical else ()))
     got = consolidate(list(zip(zip(*[host(xp, c) for c in cols]), host(xp, t), host(xp, d))))
     return got, c
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(updates=edge_updates, query=st.sampled_from(QUERIES), chunk=st.sampled_from([1, 3, 1 << 21]),
-       threads=st.sampled_from([1, 2]), hubs=st.booleans())
+       threads=st.sampled_from([1, 2]), hubs=st.booleans(), canonical=st.booleans())
 def test_array_rules_equal_python_rules_and_interpreter(xp, monkeypatch, updates, query, chunk,
-                                                       threads, hubs):
+                                                       threads, hubs, canonical):
     """Chunks on one thread or two; settled indexes with presence bits for their heaviest keys
-    (hubs: as a big step builds them, here at any size) or without."""
+    (hubs: as a big step builds them, here at any size) or without; seeds as given or
+    consolidated and said so."""
     monkeypatch.setattr(timed_index, "_HUB_ROWS", 1 if hubs else 1 << 16)
     monkeypatch.setattr(delta_rules, "_ROWS_PER_PREFIX", 1 << 30 if hubs else 8)
-    got, c = run_arrays(xp, *query, updates, chunk, threads)
+    got, c = run_arrays(xp, *query, updates, chunk, threads, canonical)
     rules = rules_of(c.node.query, c.node.order)
     assert got == consolidate(run_rules_python(c.node.query, rules, {"g": updates}))
     assert got == interpret(c.node, updates)

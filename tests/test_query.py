@@ -8,22 +8,11 @@ import itertools
 from collections import Counter
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from plans import Dataflow, PlanError
-from plans.query import (
-    Atom,
-    Comparison,
-    Const,
-    Query,
-    Var,
-    delta_rules,
-    parse,
-    plan_order,
-    run_rules_python,
-    validate,
-)
+from plans.query import (Atom, Comparison, Const, Query, Var, delta_rules, parse, plan_order,
+                         run_rules_python, validate)
 from plans.semantics import Interpreter, accumulate, consolidate
 
 TRI = "tri(x, y, z) :- g(x, y), g(y, z), g(x, z)"

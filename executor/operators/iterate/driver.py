@@ -43,8 +43,9 @@ def run(step, node: ir.Iterate) -> Changes:
         if scope.round == 0:  # the variable was the input at iteration 0
             result = step.concat([result, Changes.of(result.schema, start.cols,
                                                      start.times, -start.d)])
-        var = step.consolidated(result)
-        var.inner[-1] = var.inner[-1] + 1
+        var = step.consolidated(result)  # may be the body's own value: not changed in place
+        var = Changes.of(var.schema, var.cols, [var.t, *var.inner[:-1], var.inner[-1] + 1],
+                         var.d, canonical=True)
         leave.append(Changes(x.schema, var.cols, var.t, var.d))
         seconds.append(clock.perf_counter() - began)
         waiting = scope.waiting()

@@ -61,15 +61,17 @@ class _Prefixes:
 
 
 def run(xp, query: cq.Query, rules, seeds: dict, lookup: Lookup, chunk_rows: int = 1 << 19,
-        null: Optional[int] = None, threads: int = 1):
+        null: Optional[int] = None, threads: int = 1, canonical: frozenset = frozenset()):
     """The query's output changes from each rule's seeds: seeds[relation] = (columns, time,
     diff) of the updates at the times the rules run. Returns (head columns, time, diff),
     consolidated. With `null`, rows binding a joined variable to it are dropped. A big
     extension's chunks run on up to `threads` threads (for numpy; one for a device); a
     chunk of ~512K candidates keeps its arrays (4 MiB each) near the caches and the step's
-    peak memory, which a first step pays in page faults, low."""
+    peak memory, which a first step pays in page faults, low. `canonical`: the relations
+    whose seeds come consolidated, sorted by their columns and time."""
     unbound = _Nulls(null, joined(query) if null is not None else frozenset())
-    states = [(rule, _seed(xp, rule, *seeds[rule.relation], unbound)) for rule in rules]
+    states = [(rule, _seed(xp, rule, *seeds[rule.relation], unbound,
+                           rule.relation in canonical)) for rule in rules]
     wants: dict = {}
     for rule, p in states:
         for val in rule.validators:
@@ -133,7 +135,11 @@ def _validator_request(val: cq.Validator) -> Request:
     return Request(val.relation, tuple(k for k, _ in val.columns), None, (), val.constants)
 
 
-def _seed(xp, rule: cq.DeltaRule, columns, t, d, unbound: _Nulls) -> _Prefixes:
+def _seed(xp, rule: cq.DeltaRule, columns, t, d, unbound: _Nulls,
+          canonical: bool = False) -> _Prefixes:
+    """The rule's prefixes from its seed relation's changes, consolidated. Changes already
+    consolidated and sorted whose variables first occur in column order give them so: the
+    other columns are constants or repeats, so rows stay distinct and in order."""
     keep = xp.ones(t.shape[0], dtype=xp.bool)
     for k, x in rule.constants:
         keep = xp.logical_and(keep, columns[k] == x)
@@ -144,8 +150,12 @@ def _seed(xp, rule: cq.DeltaRule, columns, t, d, unbound: _Nulls) -> _Prefixes:
         else:
             first[v] = k
             keep = unbound.keep(xp, keep, v, columns[k])
-    p = _Prefixes({v: columns[k] for v, k in first.items()}, t, d).take(xp, xp.nonzero(keep)[0])
-    return _consolidated(xp, _filtered(xp, p, rule.comparisons))
+    p = _Prefixes({v: columns[k] for v, k in first.items()}, t, d)
+    if not bool(xp.all(keep)):
+        p = p.take(xp, xp.nonzero(keep)[0])
+    p = _filtered(xp, p, rule.comparisons)
+    in_order = list(first.values()) == sorted(first.values())
+    return p if canonical and in_order else _consolidated(xp, p)
 
 
 def _validated(xp, rule: cq.DeltaRule, p: _Prefixes, got: dict) -> _Prefixes:

@@ -52,7 +52,8 @@ def delta(step, node: ir.Query) -> Changes:
 
     threads = host_threads(step.runner.conf) if is_numpy_namespace(xp) else 1
     cols, t, d = delta_rules.run(xp, query, cq.delta_rules(query, node.order), seeds,
-                                 lookup, null=NULL_CODE, threads=threads)
+                                 lookup, null=NULL_CODE, threads=threads,
+                                 canonical=frozenset(r for r, c in inputs.items() if c.canonical))
     joined = delta_rules.joined(query)
     fields = []
     for v in query.head:

@@ -94,13 +94,14 @@ def _triangles(p: dict) -> list:
     for r in p.get("static", []):
         by_size.setdefault(r["edges"], {})[r["system"]] = r
     rows = []
-    own = ("diffspark kernel", "diffspark verb (Spark read + kernel)", triangles.SPARK_SQL,
+    own = ("diffspark kernel", triangles.VERB, triangles.VERB_BEFORE, triangles.SPARK_SQL,
            triangles.SPARK_SQL_BEFORE)
     for edges, systems in sorted(by_size.items()):
         peers = ", ".join(f"{name} {triangles.seconds_text(r, ' s')}"
                           for name, r in systems.items() if name not in own)
         sql = systems.get(triangles.SPARK_SQL) or systems.get(triangles.SPARK_SQL_BEFORE, {})
-        verb = systems.get("diffspark verb (Spark read + kernel)", {}).get("seconds")
+        verb = (systems.get(triangles.VERB) or systems.get(triangles.VERB_BEFORE, {})).get(
+            "seconds")
         if verb is not None:
             rows.append((f"static triangle count, R-MAT {edges:,} edges", verb,
                          sql.get("seconds"), peers, sql.get("triangles") is None))

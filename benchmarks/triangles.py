@@ -130,11 +130,11 @@ def networkit_count(src, dst) -> int:
 def kuzu_load(src, dst, folder: Path):
     """A kuzu database holding the graph (node and rel tables COPY'd from Parquet): its
     connection. Timed apart from the query (the row's `load_s`)."""
+    import shutil
+
     import kuzu
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    import shutil
 
     shutil.rmtree(folder, ignore_errors=True)  # the warm-up may have loaded the same size
     folder.mkdir(parents=True)

@@ -291,10 +291,10 @@ def _bounded(proposer, validator) -> bool:
 
 
 def _settled_found(xp, index, parent, base, bits, value, hub=None, bounded=False):
-    """(rows, m): the queries whose (key, value) pair the settled packed index holds, in
-    order, and each pair's diff (never 0; m None where all are 1). Query j asks for prefix
-    parent[j]'s key: `base` is each prefix's key's code base (_base), `bits` its key's row
-    of presence bits (index.hubs), or None. `hub`: whether every query's key is a hub (True),
+    """(rows, m): the queries whose (key, value) pair the settled packed index holds, in no
+    particular order, and each pair's diff (never 0; m None where all are 1). Query j asks
+    for prefix parent[j]'s key: `base` is each prefix's key's code base (_base), `bits` its
+    key's row of presence bits (index.hubs), or None. `hub`: whether every query's key is a hub (True),
     none is (False), or either (None). `bounded`: every value is within the index's packed
     range. A hub pair is one bit; its diff is then 1 (index.unit) or one search. The other
     keys' pairs are searched."""
@@ -314,14 +314,16 @@ def _settled_found(xp, index, parent, base, bits, value, hub=None, bounded=False
     byte = xp.take(table, cell >> 3)  # uint8 from here: an eighth of the bytes moved
     hit = (byte >> xp.astype(cell & 7, xp.uint8)) & 1
     hit = hit == 1 if inside is None else xp.logical_and(hit == 1, inside)
+    hit = xp.nonzero(hit)[0]
+    m_hit = None if index.unit else _settled_lookup(
+        xp, index, xp.take(base, xp.take(parent, hit)), xp.take(value, hit))
     if hub:
-        found = xp.nonzero(hit)[0]
-        return found, None if index.unit else _settled_lookup(
-            xp, index, xp.take(base, xp.take(parent, found)), xp.take(value, found))
+        return hit, m_hit
     searched = bits == other
     if inside is not None:
         searched = xp.logical_and(searched, inside)
-    found = xp.nonzero(xp.logical_or(hit, searched))[0]  # in order; disjoint: other's bits are 0
-    m = _settled_lookup(xp, index, xp.take(base, xp.take(parent, found)), xp.take(value, found))
+    rest = xp.nonzero(searched)[0]
+    m = _settled_lookup(xp, index, xp.take(base, xp.take(parent, rest)), xp.take(value, rest))
     kept = xp.nonzero(m != 0)[0]
-    return xp.take(found, kept), xp.take(m, kept)
+    m_hit = xp.ones(hit.shape[0], dtype=xp.int64) if m_hit is None else m_hit
+    return xp.concat([hit, xp.take(rest, kept)]), xp.concat([m_hit, xp.take(m, kept)])

@@ -185,7 +185,7 @@ def stream_demo(spark, conf: dict, path: str, steps: int, batch: int, seed: int,
     nodes = int(max(b.max(), a.max())) + 1 if len(a) else 1
     rng = np.random.default_rng(seed)
     started = clock.perf_counter()
-    static = static_count(edges, backend)
+    static = static_count(table, backend)
     print(f"graph {os.path.basename(path)}: {len(present):,} edges, {static:,} triangles "
           f"(static kernel count, {clock.perf_counter() - started:.2f} s)", flush=True)
 
@@ -210,7 +210,8 @@ def stream_demo(spark, conf: dict, path: str, steps: int, batch: int, seed: int,
         print(f"time={t} triangles={now} change={now - before:+d} ({what}) "
               f"seconds={result.seconds:.2f} jvm_mib={_jvm_mib(spark)}", flush=True)
         before = now
-    final = static_count(spark.createDataFrame(sorted(present), "src BIGINT, dst BIGINT"),
+    final = static_count(pa.table({"src": pa.array([x for x, _ in present], pa.int64()),
+                                   "dst": pa.array([y for _, y in present], pa.int64())}),
                          backend)
     if output:
         write_counts(runner.output("triangles"), output)

@@ -5,15 +5,16 @@ updates through a dozen operators costs seconds on Spark. When a step's updates 
 tables; Parquet files pyarrow reads as Spark would; other frames and files fetched in one job)
 and every operator of the plan has a driver form, the runner runs the step here.
 
-This module is the step's graph walk (`DriverStep`): it evaluates each node once, calling its
-family's driver in executor/operators/<family>/driver.py (linear chains, joins, the reduce
-family, conjunctive queries, iterate's rounds) and executor/arrange/driver.py (arrangements
-and imported traces, read through the traces' mirrors). Record columns of every type are int64
-codes (executor/arrange/encoding.py). A pyarrow Table that already has the input's types is
-checked on Arrow; any other input goes through updates.normalise (a projection Catalyst folds
-into the local rows). An iterate's round is a walk of this same evaluator over the body.
-Outputs come back as Arrow; under durable state the step's new frames are committed as Arrow
-tables (executor/durability/state.py), with no Spark job.
+This module is the driver's placement of the step's graph walk (executor/walk.py): `DriverStep`
+evaluates each node once by its family's driver form, in executor/operators/<family>/driver.py
+(linear chains, joins, the reduce family, conjunctive queries, iterate's rounds) and
+executor/arrange/driver.py (arrangements and imported traces, read through the traces' mirrors).
+Record columns of every type are int64 codes (executor/arrange/encoding.py). A pyarrow Table
+that already has the input's types is checked on Arrow; any other input goes through
+updates.normalise (a projection Catalyst folds into the local rows). An iterate's round is a
+walk of this same evaluator over the body. Outputs come back as Arrow; under durable state the
+step's new frames are committed as Arrow tables (executor/durability/state.py), with no Spark
+job.
 
 Updates that stages move to times at or after `upto` are held (DESIGN.md section 4): an
 output's, a reduction's and a query's relation's, each as one Arrow table (or, after a step
@@ -28,8 +29,7 @@ committed). Tests run every operator both ways.
 from __future__ import annotations
 
 import os
-import time as clock
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional, Union
 
 import numpy as np
@@ -55,18 +55,17 @@ from executor.operators.reduce import (driver as reduce_driver, product as reduc
 from executor.runtime.config import (HOST_MIRROR_ROWS_KEY, HOST_STEP_ROWS_KEY, host_mirror_rows,
                                      host_step_rows)
 from executor.time import DIFF, INFINITY, ITERATION, TIME
+from executor.walk import Walk
 from gpu_kernels import consolidate, namespace
 from plans import ir
-
-_HOSTED = (ir.Input, ir.Linear, ir.Concat, ir.Consolidate, ir.Arrange, ir.Imported, ir.Join,
-           ir.Query, ir.Reduce, ir.Iterate, ir.Variable)
 
 
 def supports(runner) -> bool:
     """Whether the runner's plan can ever step on the driver placement."""
     if host_step_rows(runner.conf) == 0:
         return False
-    return all(isinstance(node, _HOSTED) for node in _every_node(runner.plan.values()))
+    return all(isinstance(node, (*DriverStep.forms, ir.Variable))
+               for node in _every_node(runner.plan.values()))
 
 
 def describe(runner, last: Optional[str]) -> str:
@@ -95,26 +94,18 @@ def _every_node(roots) -> list[ir.Node]:
     return out
 
 
+class DriverStep(Walk):
+    """One step's operators on the driver (or one round of an iterate scope: a shallow
+    copy of the step's walk); `held`: the updates held for later times before the step."""
 
-
-class DriverStep:
-    """One step's operators on the driver: each node's changes (memo), the arrangements'
-    views, the traces to commit and the updates held for later times (before and after)."""
+    placement = "driver"
 
     def __init__(self, runner, sources: dict[str, DataFrame], upto: int, held: dict):
-        self.runner, self.sources, self.upto, self.held = runner, sources, upto, held
-        self.lower = runner.frontier
+        super().__init__(runner, upto)
+        self.sources, self.held = sources, held
         self.xp = namespace(runner.backend)
         self.encoder = runner.encoder
         self.spark = runner.spark
-        self.memo: dict = {}
-        self.views: dict = {}
-        self.commits: dict = {}
-        self.holds: list = []  # (TraceHandle, since) per import read (Runner._advance)
-        self.pending: dict = {}  # as `held`, after the step (None: nothing waits)
-        self.state = runner._state  # the traces operators read (a scope's over them in a round)
-        self.scope = None  # the iterate scope whose round this walk is
-        self.clock = _Clock()  # shared by an iterate's rounds (shallow copies of this walk)
 
     # ------------------------------------------------------------------ values
     def changes(self, node: ir.Node) -> Changes:
@@ -146,40 +137,8 @@ class DriverStep:
             xp, self.encoder)
         return changes.take(xp, xp.nonzero(xp.logical_not(later))[0])
 
-    def value(self, node: ir.Node):
-        if node not in self.memo:
-            value = self.clock.timed(operator_name(node), lambda: self._evaluate(node))
-            if self.scope is not None and isinstance(node, (ir.Join, ir.Reduce)):
-                value = self.scope.admit(self, node, value)
-            self.memo[node] = value
-        return self.memo[node]
-
-    def _evaluate(self, node: ir.Node):
-        if isinstance(node, ir.Input):
-            source = self.sources.get(node.name)
-            schema = self.runner._empty[node.name].schema
-            if source is None:
-                return self.empty(schema)
-            return self.encoded(source, schema) if isinstance(source, pa.Table) else source
-        if isinstance(node, ir.Linear):
-            return linear.apply(self, node) if self.scope is None else linear.inner(self, node)
-        if isinstance(node, ir.Concat):
-            return self.concat([self.changes(c) for c in node.children()])
-        if isinstance(node, ir.Consolidate):
-            return self.consolidated(self.changes(node.input))
-        if isinstance(node, ir.Arrange):
-            return arrange.arrange(self, node)
-        if isinstance(node, ir.Imported):
-            return arrange.imported(self, node)
-        if isinstance(node, ir.Reduce):
-            return self._reduce(node)
-        if isinstance(node, ir.Join):
-            return join.delta(self, node)
-        if isinstance(node, ir.Query):  # never inside a scope: the builder refuses it there
-            return query.delta(self, node)
-        if isinstance(node, ir.Iterate):
-            return iterate.run(self, node)
-        raise Unsupported(node.label())
+    def unsupported(self, node: ir.Node) -> Exception:
+        return Unsupported(node.label())
 
     def empty(self, schema: StructType) -> Changes:
         none = self.xp.zeros(0, dtype=self.xp.int64)
@@ -208,20 +167,6 @@ class DriverStep:
         xp, encoder = self.xp, self.encoder
         return changes.size, lambda: changes.table(xp, encoder)
 
-    # ------------------------------------------------------------------ reductions
-    def _reduce(self, node: ir.Reduce) -> Changes:
-        """Abelian reductions keep running totals per key (operators/reduce/totals.py); the
-        others re-evaluate the keys the step touches (operators/reduce/driver.py). Only updates
-        before upto are reduced; the rest wait (`due`), though the trace already holds them."""
-        self.value(node.input)
-        view = self.views[node.input]
-        if self.scope is not None:
-            return self.consolidated(reduce_product.delta_in_scope(self, node, view))
-        ready = self.due(node, view.batch)
-        family = totals if totals.applies(node, view) else \
-            top_k if top_k.applies(node) else reduce_driver
-        return self.consolidated(family.delta(self, node, view, ready))
-
     # ------------------------------------------------------------------ the step
     def outputs(self) -> dict[str, Changes]:
         """Each output's changes before upto (the rest held)."""
@@ -229,33 +174,41 @@ class DriverStep:
                 for name, node in self.runner.plan.items()}
 
 
-def operator_name(node: ir.Node) -> str:
-    """An operator as users read it: its label, and for an arrangement what it arranges
-    (runner.stats() names traces so)."""
-    if isinstance(node, ir.Arrange):
-        source = node.input
-        return f"{node.label()} of " + (source.name if isinstance(source, ir.Input)
-                                        else source.label())
-    return node.label()
+def _input(step: DriverStep, node: ir.Input):
+    source = step.sources.get(node.name)
+    schema = step.runner._empty[node.name].schema
+    if source is None:
+        return step.empty(schema)
+    return step.encoded(source, schema) if isinstance(source, pa.Table) else source
 
 
-@dataclass
-class _Clock:
-    """Each operator's own seconds in a step (the time of the inputs it asks for excluded),
-    summed over an iterate's rounds: StepResult.operators."""
-    seconds: dict = field(default_factory=dict)
-    nested: list = field(default_factory=list)  # the inputs' seconds, per open operator
+def _reduce(step: DriverStep, node: ir.Reduce) -> Changes:
+    """Abelian reductions keep running totals per key (operators/reduce/totals.py); the
+    others re-evaluate the keys the step touches (operators/reduce/driver.py). Only updates
+    before upto are reduced; the rest wait (`due`), though the trace already holds them."""
+    step.value(node.input)
+    view = step.views[node.input]
+    if step.scope is not None:
+        return step.consolidated(reduce_product.delta_in_scope(step, node, view))
+    ready = step.due(node, view.batch)
+    family = totals if totals.applies(node, view) else \
+        top_k if top_k.applies(node) else reduce_driver
+    return step.consolidated(family.delta(step, node, view, ready))
 
-    def timed(self, name: str, evaluate):
-        started = clock.perf_counter()
-        self.nested.append(0.0)
-        try:
-            return evaluate()
-        finally:
-            spent = clock.perf_counter() - started
-            self.seconds[name] = self.seconds.get(name, 0.0) + spent - self.nested.pop()
-            if self.nested:
-                self.nested[-1] += spent
+
+DriverStep.forms = {
+    ir.Input: _input,
+    ir.Linear: lambda step, node: linear.apply(step, node) if step.scope is None else
+    linear.inner(step, node),
+    ir.Concat: lambda step, node: step.concat([step.changes(c) for c in node.children()]),
+    ir.Consolidate: lambda step, node: step.consolidated(step.changes(node.input)),
+    ir.Arrange: arrange.arrange,
+    ir.Imported: arrange.imported,
+    ir.Join: join.delta,
+    ir.Iterate: iterate.run,
+    ir.Reduce: _reduce,
+    ir.Query: query.delta,  # never inside a scope: the builder refuses it there
+}
 
 
 @dataclass

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time as clock
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import reduce
 from typing import Optional
 
 import pyarrow as pa
@@ -23,29 +22,26 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
 from executor import driver
-from executor.arrange import spark as arranged
 from executor.arrange.consolidate import consolidate
 from executor.arrange.encoding import Encoder
-from executor.arrange.spine import (STEP, Spine, as_frame, is_computed, materialise,
-                                    materialise_all, output_log, summed)
-from executor.arrange.trace import Trace, View
+from executor.arrange.spine import (STEP, Spine, as_frame, is_computed, materialise_all, output_log,
+                                    summed)
+from executor.arrange.trace import Trace
 from executor.durability.state import arrow_digest
 from executor.inputs import tables as input_tables
 from executor.inputs.updates import normalise, read_source
-from executor.lateness import holds_back, late
-from executor.operators.iterate import spark as iterate
-from executor.operators.join import spark as join
+from executor.lateness import late
 from executor.operators.linear import spark as linear
-from executor.operators.query import spark as wcoj
-from executor.operators.reduce import product as reduce_product, spark as reduce_ops, spark_totals
-from executor.operators.reduce.counted import appended as count_appended, counted
+from executor.operators.reduce.counted import counted
 from executor.runtime import limits
-from executor.runtime.config import (OUTPUT_HISTORY_KEY, kernel_backend, load_conf,
-                                     local_query_rows, output_history, partitions)
-from executor.runtime.errors import InputError, StepError, analysis_message
+from executor.runtime.config import (OUTPUT_HISTORY_KEY, kernel_backend, load_conf, output_history,
+                                     partitions)
+from executor.runtime.errors import InputError, StepError
 from executor.runtime.session import spark_session
+from executor.spark import SparkStep
 from executor.subscriptions import Subscription, Subscriptions
 from executor.time import DIFF, INFINITY, TIME
+from executor.walk import operator_name
 from gpu_kernels import DiffOverflow
 from plans import Dataflow, ir
 from plans.errors import PlanError
@@ -64,6 +60,7 @@ class StepResult:
     changes: Mapping[str, DataFrame]  # this step's final output changes, per output
     skipped: bool = False  # a resumed runner recognised a committed step: nothing ran
     # where the step ran: "driver" (executor/driver.py, no Spark job) or "spark"
+    # (executor/spark.py): the placement of its walk (executor/walk.py)
     placement: str = "spark"
     # a driver step: each operator's own seconds, its inputs' excluded (driver.operator_name)
     operators: Mapping[str, float] = field(default_factory=dict)
@@ -163,113 +160,11 @@ class Runner:
             self._store = None
 
     # ------------------------------------------------------------------ plan -> DataFrames
-    def _new_step(self, sources: dict, upto: Optional[int], **kw) -> "_Step":
-        return _Step(sources, upto, **{"state": self._state, "lower": self.frontier, **kw})
+    def _new_step(self, sources: dict, upto: Optional[int], **kw) -> SparkStep:
+        return SparkStep(self, sources, upto, **kw)
 
-    def _build_all(self, step: "_Step") -> dict[str, DataFrame]:
-        return {name: self._build(node, step) for name, node in self.plan.items()}
-
-    def _build(self, node: ir.Node, step: "_Step") -> DataFrame:
-        if node in step.memo:
-            return step.memo[node]
-        kids = [self._build(c, step) for c in node.children()]
-        if self._statically_empty(node, step):
-            step.empty.add(node)
-        try:
-            df = self._operator(node, kids, step)
-        except AnalysisException as e:
-            columns = [c for k in kids for c in k.columns]
-            raise PlanError(f"{node.label()}: {analysis_message(e, columns)}") from None
-        if isinstance(node, (ir.Reduce, ir.Query, ir.Iterate)) and not step.resolving \
-                and node not in step.empty and not is_computed(df):
-            df = materialise(df, STEP)  # computed once, however many operators read it
-        if step.scope is not None:  # inside an iterate: hold back later iterations
-            df = step.scope.admit(node, df, step)
-        step.memo[node] = df
-        return df
-
-    def _statically_empty(self, node: ir.Node, step: "_Step") -> bool:
-        """Whether a node's changes this step are known to be empty without running
-        anything (an input left alone, and what only depends on such): its Spark jobs are
-        skipped."""
-        if isinstance(node, ir.Input):
-            return node.name not in step.given
-        if isinstance(node, (ir.Linear, ir.Concat, ir.Consolidate, ir.Arrange, ir.Join,
-                             ir.Iterate)):
-            return all(c in step.empty for c in node.children())
-        if isinstance(node, ir.Reduce):
-            return node.input in step.empty and step.state.get(node) is None
-        if isinstance(node, ir.Query):
-            return all(c in step.empty for c in node.inputs) and \
-                all(step.state.get((node, r)) is None for r in node.relations)
-        return False
-
-    def _operator(self, node: ir.Node, kids: list[DataFrame], step: "_Step") -> DataFrame:
-        if isinstance(node, ir.Input):
-            return step.sources[node.name]
-        if isinstance(node, ir.Linear):
-            return linear.apply(kids[0], node.stages, step.time_cols, self.backend)
-        if isinstance(node, ir.Concat):
-            first = kids[0].schema.simpleString()
-            for k in kids[1:]:
-                if k.schema.simpleString() != first:
-                    raise PlanError(f"Concat: inputs differ ({first} vs {k.schema.simpleString()});"
-                                    f" rule: concatenated collections have one schema")
-            return reduce(DataFrame.unionByName, kids)
-        if isinstance(node, ir.Consolidate):
-            return consolidate(kids[0], step.time_cols)
-        if isinstance(node, ir.Arrange):
-            return arranged.arrange(self, node, kids[0], step)
-        if isinstance(node, ir.Imported):
-            return arranged.imported(self, node, step)
-        if isinstance(node, ir.Join):
-            left, right = (step.views[c] for c in node.children())
-            return join.delta(node, left, right, step.time_cols, kids[0].limit(0),
-                              kids[1].limit(0))
-        if isinstance(node, ir.Iterate):
-            return iterate.run(self, node, kids, step)
-        if isinstance(node, ir.Reduce) and step.scope is not None:
-            return reduce_product.delta(node, step.views[node.input],
-                                        step.scope.emitted(node), step.lower,
-                                        step.scope.round, step.time_cols,
-                                        kids[0].limit(0), self.backend)
-        if isinstance(node, ir.Reduce):
-            # the trace whose commit keeps this reduction's totals (reduce/spark_totals.py)
-            trace = step.commits[node.input] if not step.resolving and \
-                isinstance(node.input, ir.Arrange) and node.input not in self._counted else None
-            if trace is not None and node in step.empty:  # nothing changed: totals hold
-                spark_totals.carried(trace, node.reduction, step.upper)
-                trace = None
-            out, pending, canonical = reduce_ops.delta(
-                node, step.views[node.input], _held(step.state, node), step.lower, step.upto,
-                step.time_cols, kids[0].limit(0), self.backend, trace,
-                None if step.resolving else self.node_schemas[node],
-                node.input in self._counted)
-            if canonical:
-                step.consolidated.add(node)
-            if not step.resolving:  # materialised with the step's outputs
-                step.pending[node] = None if node in step.empty or \
-                    not holds_back(node, self._late) else pending
-                if node.input in self._counted and node not in step.empty:
-                    out, step.commits[node.input] = count_appended(out, step.commits[node.input],
-                                                                   step.upper)
-            return out
-        if isinstance(node, ir.Query):
-            def index(i: int, columns: tuple) -> View:  # built once per step, shared
-                arranged = ir.Arrange(node.inputs[i], columns)
-                self._build(arranged, step)
-                return step.views[arranged]
-
-            waiting = {r: _held(step.state, (node, r)) for r in node.relations}
-            local = None if step.resolving or node in step.empty else \
-                (self.backend, local_query_rows(self.conf))
-            out, waiting = wcoj.delta(node, kids, index, waiting, step.upto, local)
-            if not step.resolving:  # materialised with the step's outputs
-                for r, df in waiting.items():
-                    step.pending[(node, r)] = None if node in step.empty or \
-                        not holds_back(node, self._late) else df
-            return out
-        raise PlanError(f"{node.label()}: no executor for this operator")
+    def _build_all(self, step: SparkStep) -> dict[str, DataFrame]:
+        return {name: step.value(node) for name, node in self.plan.items()}
 
     # ------------------------------------------------------------------ steps
     def step(self, updates: Optional[dict] = None, upto: Optional[int] = None,
@@ -329,7 +224,8 @@ class Runner:
                 except (Py4JJavaError, PySparkException) as e:
                     raise self._refused(e) from None
                 result = self._advance(Frames(done.tables), done.pending, logs, done.commits,
-                                       done.holds, upto, started, ruled, "driver")
+                                       done.holds, upto, started, ruled,
+                                       driver.DriverStep.placement)
                 result.operators = done.seconds
                 return result
         sources, digests = dict(self._empty), {}
@@ -406,7 +302,7 @@ class Runner:
                          f"{_first_line(e)}{limits.memory_hint(e)}")
 
     def _advance(self, changes, pending, logs, commits, holds, upto, started, ruled=None,
-                 placement: str = "spark") -> StepResult:
+                 placement: str = SparkStep.placement) -> StepResult:
         """Commit a step that has succeeded: its state replaces the runner's."""
         self._pending, self._logs = pending, logs
         if ruled is not None:
@@ -420,7 +316,7 @@ class Runner:
         return StepResult(self.steps, lower, self.frontier, clock.perf_counter() - started, changes,
                           placement=placement)
 
-    def _run(self, step: "_Step"):
+    def _run(self, step: SparkStep):
         """Every output's changes for the step, and every reduction's pending updates,
         materialised as concurrent Spark jobs (none for what is known to be empty)."""
         upto = step.upto
@@ -521,39 +417,8 @@ class Runner:
 
     def stats(self) -> dict[str, dict]:
         """Per arrangement: batches, records, bytes, since and upper."""
-        return {driver.operator_name(node): trace.stats()
+        return {operator_name(node): trace.stats()
                 for node, trace in self._state.items() if isinstance(trace, Trace)}
-
-
-@dataclass
-class _Step:
-    """What one step's operators share: inputs, the interval, and state to commit."""
-
-    sources: dict
-    upto: Optional[int]
-    state: dict = None  # Runner._state, or an iterate scope's traces over it
-    lower: int = 0  # the frontier the step starts from
-    time_cols: list = field(default_factory=lambda: list(TIME_COLS))
-    scope: object = None  # the iterate scope (iterate/spark.py) running this round
-    resolving: bool = False  # building on empty inputs to learn schemas: no jobs, no state
-    given: set = field(default_factory=set)  # inputs with updates this step
-    empty: set = field(default_factory=set)  # nodes whose changes are known to be empty
-    memo: dict = field(default_factory=dict)
-    views: dict = field(default_factory=dict)
-    commits: dict = field(default_factory=dict)
-    pending: dict = field(default_factory=dict)  # as Runner._state: updates at times >= upto
-    holds: list = field(default_factory=list)
-    consolidated: set = field(default_factory=set)  # nodes whose changes come consolidated
-
-    @property
-    def upper(self) -> int:
-        return INFINITY if self.upto is None else self.upto
-
-    @property
-    def since(self) -> int:
-        """How far traces may compact when this step appends: past the step's interval,
-        except in an iterate's rounds, which still tell the step's epochs apart."""
-        return self.lower - 1 if self.scope is not None else self.upper - 1
 
 
 class TraceHandle:
@@ -584,13 +449,6 @@ class TraceHandle:
         trace = self.runner._state.get(self.node)
         if trace is not None:
             trace.holds.pop(id(self), None)
-
-
-def _held(state: dict, key) -> Optional[DataFrame]:
-    """A reduction's or query relation's updates held for later times, as a Spark frame
-    (a driver step holds them as Arrow)."""
-    held = state.get(key)
-    return None if held is None else as_frame(held)
 
 
 def _first_line(e: Exception) -> str:

@@ -81,7 +81,7 @@ class Scope:
         variable's columns and types."""
         var = enter(self.x, self.step.time_cols)
         rs = self._round_step(var, False)
-        result = self.runner._build(self.node.body, rs)
+        result = rs.value(self.node.body)
         inner, _ = ir.scope_of(self.node)  # their schemas, for the driver (executor/driver.py)
         self.step.memo.update({n: rs.memo[n] for n in inner if n in rs.memo})
         want, got = (_record_types(df, self.time_cols) for df in (var, result))
@@ -119,7 +119,7 @@ class Scope:
                 raise divergence(self.node, limit)
             began = clock.perf_counter()
             rs = self._round_step(var, var_empty)
-            result = self.runner._build(self.node.body, rs)
+            result = rs.value(self.node.body)
             self.traces.update(rs.commits)
             changes = 0
             if self.round == 0 or self.node.body not in rs.empty:
@@ -160,10 +160,10 @@ class Scope:
                 rs.views[o] = View(view.keys, old, new) if first else View(view.keys, old + new, [])
         return rs
 
-    def admit(self, node: ir.Node, df: DataFrame, rs) -> DataFrame:
-        """Called on every operator built in a round: a join's or a reduction's changes at
-        later iterations wait for their round; what waited for this one joins in."""
-        if rs.resolving or not isinstance(node, (ir.Join, ir.Reduce)):
+    def admit(self, rs, node: ir.Node, df: DataFrame) -> DataFrame:
+        """A join's or a reduction's changes at later iterations wait for their round; what
+        waited for this one joins in (the walk calls it, executor/walk.py)."""
+        if rs.resolving:
             return df
         if isinstance(node, ir.Reduce) and node not in rs.empty:
             df = detached(df)  # materialised by the runner

@@ -254,6 +254,23 @@ def test_sort_by_is_stable_lexicographic(xp, rows):
                                                          key=lambda i: rows[i][:2])
 
 
+wide = st.tuples(small, st.one_of(small, huge), st.sampled_from([0.5, -0.0, 0.0, math.nan]),
+                 st.booleans(), st.integers(0, 2**31 - 1), st.sampled_from([0, 7, 2**63 + 5]),
+                 small, st.one_of(small, huge))
+
+
+@examples
+@given(st.lists(wide, max_size=30))
+def test_sort_by_packs_runs_of_columns_between_the_ones_that_cannot_pack(xp, rows):
+    """A record of many columns: runs of integer keys pack into words, split where a range is
+    huge, a float (NaN last, -0.0 equal to 0.0) or a uint64 stands alone; the order is
+    the stable lexicographic one."""
+    dtypes = [xp.int64, xp.int64, xp.float64, xp.bool, xp.int32, xp.uint64, xp.int8, xp.int64]
+    keys = [xp.asarray([r[j] for r in rows], dtype=dt) for j, dt in enumerate(dtypes)]
+    expected = sorted(range(len(rows)), key=lambda i: tuple(nan_key(v) for v in rows[i]))
+    assert host(xp, gk.sort_by(xp, keys)) == expected
+
+
 def test_consolidate_refuses_overflowing_sum(xp):
     keys = [i64(xp, [7, 7, 8])]
     with pytest.raises(gk.DiffOverflow, match=r"diff sum overflows int64 \(segment 0"):

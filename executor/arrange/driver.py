@@ -55,21 +55,26 @@ def arrange(step, node: ir.Arrange) -> Changes:
     column and compacts only the outer time, to lower - 1: rounds still tell the step's
     epochs and every iteration apart."""
     runner = step.runner
-    batch = step.consolidated(step.changes(node.input))
+    batch = step.changes(node.input)
     keys = list(node.keys) if node.keys is not None else batch.names
     inner = [ITERATION] if batch.inner else []
     trace = step.state.get(node) or Trace(keys, [TIME, *inner], runner.partitions)
     since = trace.next_since((step.upto if step.scope is None else step.lower) - 1)
     if node in runner._counted:  # the count appends its due updates (reduce/totals.py)
+        batch = step.consolidated(batch)
         old = mirror(step, node, trace, keys, len(keys),
                      updates_schema([batch.schema[k] for k in keys]))
         step.views[node] = View(trace, old, batch, None)
         step.commits[node] = trace.driver_appended(old, step.upto, since)
         return batch
-    columns = keys + [c for c in batch.names if c not in keys] + inner
+    records = keys + [c for c in batch.names if c not in keys]
+    columns = records + inner
     old = mirror(step, node, trace, columns, len(keys), batch.schema)
-    run = run_of(step.xp, [*map(batch.col, columns[:len(columns) - len(inner)]),
-                           *batch.inner], batch.t, batch.d)
+    run = run_of(step.xp, [*map(batch.col, records), *batch.inner], batch.t, batch.d)
+    # the batch is the run's updates (consolidated once, in the arrangement's order)
+    batch = Changes.of(batch.schema, [run.cols[records.index(c)] for c in batch.names],
+                       [run.t, *run.cols[len(records):]], run.d,
+                       canonical=not inner and records == batch.names)
     step.views[node] = View(trace, old, batch, old.reading(run))
     step.commits[node] = trace.driver_appended(old.appended(run, since), step.upto, since,
                                              step.delta(batch))

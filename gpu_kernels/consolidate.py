@@ -41,11 +41,12 @@ def _words(xp, keys) -> list:
     (offsets from each key's least value, mixed radix); a key that cannot pack (floating,
     uint64) stays itself."""
     keys = [_sortable(xp, k) for k in keys]
-    if keys[0].shape[0] == 0:
+    if len(keys) == 1 or keys[0].shape[0] == 0:  # nothing to pack
         return keys
     words, run, total = [], [], 1
 
     def close():
+        nonlocal total
         if len(run) == 1:
             words.append(run[0][0])
         elif run:
@@ -55,18 +56,17 @@ def _words(xp, keys) -> list:
                 packed = packed * xp.asarray(span, dtype=xp.int64) + offset
             words.append(packed)
         run.clear()
+        total = 1
 
     for key in keys:
         if not _packable(xp, key):
             close()
-            total = 1
             words.append(key)
             continue
         lo = int(xp.min(key))
         span = int(xp.max(key)) - lo + 1
         if total * span >= 2**63:
             close()
-            total = 1
         run.append((key, lo, span))
         total *= span
     close()

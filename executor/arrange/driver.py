@@ -59,7 +59,7 @@ def arrange(step, node: ir.Arrange) -> Changes:
     keys = list(node.keys) if node.keys is not None else batch.names
     inner = [ITERATION] if batch.inner else []
     trace = step.state.get(node) or Trace(keys, [TIME, *inner], runner.partitions)
-    since = trace.next_since((step.upto if step.scope is None else step.lower) - 1)
+    since = trace.next_since(step.since)
     if node in runner._counted:  # the count appends its due updates (reduce/totals.py)
         batch = step.consolidated(batch)
         old = mirror(step, node, trace, keys, len(keys),

@@ -9,7 +9,10 @@ at most 50 ms).
 `--rows` is the number of orders (a tenth as many customers). `--views revenue` keeps a
 subset of the views (there: a join + sum alone), for every system; `--conf
 diffspark.host.step_rows=0` runs diffspark's every step on the Spark placement (issue "One
-engine, part 2": a join + sum step on that placement at 1M and 4M orders).
+engine, part 2": a join + sum step on that placement at 1M and 4M orders). `--conf
+diffspark.host.step_rows=100000 --conf diffspark.host.lookup_rows=0` loads on Spark and
+leaves the traces in Spark's batches: each small step then runs on the driver and reads only
+the keys it touches from them (one Spark job per lookup).
 
 Each system runs in its own process on the same seeded data and steps:
 - diffspark: one Runner, the load as a first step, then each step's changes as a pyarrow
@@ -188,6 +191,7 @@ def run_diffspark(args) -> dict:
                              "changes": batch.num_rows})
         out["digests"].append(absorb(result))
     out["state"] = {k: {"records": v["records"], "mirror_records": v["mirror_records"],
+                        "remote_records": v["remote_records"],
                         "mirror_bytes": v["mirror_bytes"], "columns": v["mirror_columns"]}
                     for k, v in runner.stats().items()}
     out["dictionary_values"] = runner.encoder.size()
@@ -369,6 +373,9 @@ def report(payload: dict) -> str:
     on_driver = s["steps_on_driver"]
     placement = "driver placement" if on_driver == p["steps"] else \
         "Spark placement" if on_driver == 0 else "driver and Spark placements"
+    state = payload["results"]["diffspark"]["state"].values()
+    if on_driver and any(v.get("remote_records") for v in state):
+        placement += ", traces left on Spark"
     rows = [[f"diffspark ({placement})", s["diffspark_load_s"],
              ms(s["diffspark_median_step_s"]), ms(s["diffspark_p90_step_s"]), None]]
     for peer, label in (("duckdb", "DuckDB, recomputed"), ("spark_sql", "Spark SQL, recomputed")):

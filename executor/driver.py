@@ -52,8 +52,8 @@ from executor.operators.linear import driver as linear
 from executor.operators.query import driver as query
 from executor.operators.reduce import (driver as reduce_driver, product as reduce_product, top_k,
                                        totals)
-from executor.runtime.config import (HOST_MIRROR_ROWS_KEY, HOST_STEP_ROWS_KEY, host_mirror_rows,
-                                     host_step_rows)
+from executor.runtime.config import (HOST_LOOKUP_ROWS_KEY, HOST_MIRROR_ROWS_KEY, HOST_STEP_ROWS_KEY,
+                                     host_lookup_rows, host_mirror_rows, host_step_rows)
 from executor.time import DIFF, INFINITY, ITERATION, TIME
 from executor.walk import Walk
 from gpu_kernels import consolidate, namespace
@@ -76,7 +76,10 @@ def describe(runner, last: Optional[str]) -> str:
                 f"rows each ({HOST_STEP_ROWS_KEY}), whose arrangements hold at most "
                 f"{host_mirror_rows(runner.conf):,} records ({HOST_MIRROR_ROWS_KEY}) and whose "
                 "values all have codes; spark: any other step, an iterate whose inputs hold "
-                "updates for later times")
+                "updates for later times\ntraces: an arrangement of more than "
+                f"{host_lookup_rows(runner.conf):,} records ({HOST_LOOKUP_ROWS_KEY}) stays in "
+                "its Spark batches: a driver step reads the keys it touches, one Spark job "
+                "per lookup")
     elif host_step_rows(runner.conf) == 0:
         rule = f"spark: every step ({HOST_STEP_ROWS_KEY}=0)"
     else:

@@ -71,6 +71,46 @@ def test_every_type_on_the_driver_matches_reference_and_spark(spark, conf, order
             assert got == rows_of(theirs.output(name)), (name, upto)
 
 
+LEFT_ON_SPARK = {"diffspark.host.lookup_rows": "0", "diffspark.host.step_rows": "15"}
+# 16 orders: a step holding them runs on Spark (step_rows 15)
+PAD = [((10 + i, i % 4, ["new", "paid", None][i % 3], Decimal("1.50") * (i - 5),
+         dt.date(2020, 1, 1 + i), dt.datetime(2021, 5, 6, 7, 8, i), 0.5 * i, i % 2 == 0), 0, 1)
+       for i in range(16)]
+
+
+@settings(max_examples=examples(3, 3), deadline=None, suppress_health_check=list(HealthCheck))
+@given(orders=_updates(order), customers=_updates(customer),
+       cuts=st.sets(st.integers(2, HORIZON - 1), max_size=2).map(
+           lambda s: [1] + sorted(s) + [HORIZON]))
+def test_every_type_over_traces_left_on_spark(spark, conf, orders, customers, cuts):
+    """diffspark.host.lookup_rows=0: a driver step leaves the traces Spark arranged in their
+    Spark batches and reads only the keys it touches from them (Mirror.over); Spark steps
+    before (the padded first) and after (the pad retracted in the last) read the driver's
+    updates back. Every output equals the reference and a runner that steps on Spark."""
+    flow = relational_flow()
+    orders = PAD + orders + [(r, HORIZON - 1, -1) for r, _, _ in PAD]
+    inputs = {"orders": (ORDERS, orders), "customers": (CUSTOMERS, customers)}
+    expected = reference(spark, flow.outputs, {n: u for n, (_, u) in inputs.items()})
+    ours, theirs = Runner(flow, conf=conf | LEFT_ON_SPARK, spark=spark), \
+        Runner(flow, conf=conf | SPARK_ONLY, spark=spark)
+    lo, placements = 0, []
+    for upto in cuts:
+        feed = {n: updates_table(ddl, [u for u in ups if lo <= u[1] < upto])
+                for n, (ddl, ups) in inputs.items()}
+        placements.append(ours.step(feed, upto=upto).placement)
+        theirs.step(feed, upto=upto)
+        lo = upto
+        if placements[-1] == "driver":  # the Spark batches stayed where they were
+            assert "spark+driver" in {s["stored"] for s in ours.stats().values()
+                                      if s["remote_records"]}
+        for name in flow.outputs:
+            got = rows_of(ours.output(name))
+            assert got == [u for u in expected[name] if u[1] < upto], (name, upto)
+            assert got == rows_of(theirs.output(name)), (name, upto)
+    assert placements[0] == placements[-1] == "spark"
+    assert set(placements[1:-1]) <= {"driver"}
+
+
 def test_a_sum_beyond_int64_steps_on_spark(spark, conf):
     """A DECIMAL sum the driver cannot hold in int64 is computed by Spark, exactly."""
     flow = Dataflow()

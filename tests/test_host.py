@@ -63,12 +63,15 @@ def _edges(t: int, pairs, diff=1):
     return [((a, b), t, diff) for a, b in pairs]
 
 
-def test_steps_switch_between_host_and_spark(spark, conf):
-    """Big steps run on Spark, small ones on the host (mirrors built from the traces, and
-    the host's updates arranged into Spark batches when Spark next reads them): every
-    step's outputs, and the state kept, equal a runner that only uses Spark."""
+@pytest.mark.parametrize("traces", [{}, {"diffspark.host.lookup_rows": "0"}],
+                         ids=["mirrored", "left_on_spark"])
+def test_steps_switch_between_host_and_spark(spark, conf, traces):
+    """Big steps run on Spark, small ones on the host (mirrors built from the traces, or with
+    lookup_rows=0 the traces left in their Spark batches and read by the keys a step
+    touches; the host's updates arranged into Spark batches when Spark next reads them):
+    every step's outputs, and the state kept, equal a runner that only uses Spark."""
     flow = hosted_flow()
-    small = conf | {"diffspark.host.step_rows": "6"}
+    small = conf | {"diffspark.host.step_rows": "6"} | traces
     ours, theirs = (Runner(flow, conf=c, spark=spark) for c in (small, conf | SPARK_ONLY))
     full = [(a, b) for a in range(5) for b in range(5) if a != b]
     steps = [_edges(0, full), _edges(1, [(0, 1), (2, 3)], -1), _edges(2, [(0, 1), (4, 0)]),
@@ -79,6 +82,9 @@ def test_steps_switch_between_host_and_spark(spark, conf):
         feed = {"g": updates_df(spark, G, ups), "w": updates_df(spark, W, weights.get(t, []))}
         on_host.append(ours.step(feed, upto=t + 1).host)
         assert not theirs.step(feed, upto=t + 1).host
+        if traces and on_host[-1]:  # read by lookups, the Spark batches stayed
+            assert "spark+driver" in {s["stored"] for s in ours.stats().values()
+                                      if s["remote_records"]}
         assert outputs_rows(ours, list(flow.outputs)) == outputs_rows(theirs, list(flow.outputs))
     assert on_host == [False, True, True, False, True, True]
     assert _traces(ours) == _traces(theirs)

@@ -12,7 +12,7 @@ from executor.arrange.changes import Changes, Unsupported, updates_schema
 from executor.arrange.encoding import NoCode
 from executor.arrange.mirror import Mirror, run_of
 from executor.arrange.trace import Trace
-from executor.runtime.config import host_mirror_rows
+from executor.runtime.config import host_lookup_rows, host_mirror_rows
 from executor.time import ITERATION, TIME
 from plans import ir
 from plans.ir import PlanError
@@ -32,10 +32,20 @@ class View:
 def mirror(step, node: ir.Arrange, trace: Trace, columns: list[str], nkeys: int,
            schema: StructType) -> Mirror:
     """The trace's mirror, built from its Spark batches (updates with `schema`; one job)
-    when it has none; kept on the trace (in place: it is the same collection)."""
+    when it has none, or over them (no job; a job per lookup) when they hold more than
+    diffspark.host.lookup_rows records; kept on the trace (in place: it is the same
+    collection)."""
     if trace.mirror is None:
-        records = sum(s for s, _ in trace.synced().spine.batches)
-        if records > host_mirror_rows(step.runner.conf) or not trace.mirrorable:
+        conf = step.runner.conf
+        batches = trace.synced().spine.batches
+        records = sum(s for s, _ in batches)
+        if not trace.mirrorable:
+            raise Unsupported(f"{node.label()}: values without codes")
+        if records > host_lookup_rows(conf):
+            trace.mirror = Mirror.over(step.xp, batches, columns, nkeys, step.encoder, schema,
+                                       host_mirror_rows(conf))
+            return trace.mirror
+        if records > host_mirror_rows(conf):
             raise Unsupported(f"{node.label()}: no mirror of {records} records")
         try:
             trace.mirror = Mirror.of(step.xp, trace.batches, columns, nkeys, step.encoder,

@@ -8,6 +8,14 @@ searches per run (executor/driver.py). While driver steps append to it, the mirr
 trace's storage: Spark receives it (decoded, arranged once) only when a Spark step or a
 reader of Spark batches next needs the trace (Trace.synced), so no second copy of the
 driver's updates is kept for Spark.
+
+A mirror may also leave its older updates on the executors (`remote`: the trace's arranged
+Spark batches, when they hold more than diffspark.host.lookup_rows records): building it
+then costs nothing, each lookup (`rows`) reads only the asked keys' updates of those batches
+in one Spark job (a broadcast semi-join; Spark's in-memory scan skips the batches whose key
+statistics rule them out), and the step's own updates stay runs on the driver until Spark
+next reads the trace (Trace.synced arranges only them). A small step against a trace too big
+to hold on the driver thus costs its lookups, not the state (DESIGN.md section 12).
 """
 from __future__ import annotations
 
@@ -16,10 +24,11 @@ from functools import partial, reduce
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession, functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from executor.arrange.encoding import NoCode
 from executor.arrange.spine import Spine
 from executor.time import DIFF, TIME
 from gpu_kernels import consolidate, equal_range, neighbours, to_numpy
@@ -53,14 +62,15 @@ class Mirror:
     (an importing runner's view, executor/driver.py)."""
 
     def __init__(self, xp, columns: list[str], nkeys: int, spine: Spine | None = None,
-                 schema: StructType | None = None, encoder=None, upper: int | None = None):
+                 schema: StructType | None = None, encoder=None, upper: int | None = None,
+                 remote: Remote | None = None):
         self.xp, self.columns, self.nkeys = xp, list(columns), nkeys
         self.spine = spine if spine is not None else Spine(slack=4, combine=partial(_concat, xp))
-        self.schema, self.encoder, self.upper = schema, encoder, upper
+        self.schema, self.encoder, self.upper, self.remote = schema, encoder, upper, remote
 
     def _with(self, spine: Spine, upper: int | None = None) -> "Mirror":
         return Mirror(self.xp, self.columns, self.nkeys, spine, self.schema, self.encoder,
-                      upper)
+                      upper, self.remote)
 
     @classmethod
     def of(cls, xp, frames: list[DataFrame], columns: list[str], nkeys: int, encoder,
@@ -70,23 +80,31 @@ class Mirror:
         mirror = cls(xp, columns, nkeys, schema=schema, encoder=encoder)
         if not frames:
             return mirror
-        frame = reduce(DataFrame.union, frames).select(*columns, TIME, DIFF)
-        table = frame.toArrow()
-        kinds = [f.dataType for f in frame.schema.fields]
-        arrays = [xp.asarray(encoder.encode(table.column(i), kinds[i]))
-                  for i in range(len(columns))]
-        arrays += [xp.asarray(table.column(c).to_numpy().astype(np.int64)) for c in (TIME, DIFF)]
-        run = run_of(xp, arrays[:-2], arrays[-2], arrays[-1])
+        run = _collected(xp, reduce(DataFrame.union, frames), columns, encoder)
         mirror.spine = mirror.spine.appended(run, run.size) if run.size else mirror.spine
         return mirror
 
+    @classmethod
+    def over(cls, xp, batches: list[tuple], columns: list[str], nkeys: int, encoder,
+             schema: StructType, whole: int) -> "Mirror":
+        """A mirror whose updates so far stay in the trace's Spark `batches` ((records,
+        frame) each): no job now, one per lookup; `whole`: the most records a pass over
+        every update (`all`) may bring to the driver."""
+        remote = Remote(tuple(batches), whole) if batches else None
+        return cls(xp, columns, nkeys, schema=schema, encoder=encoder, remote=remote)
+
     @property
     def size(self) -> int:
+        return self.local_size + (self.remote.size if self.remote else 0)
+
+    @property
+    def local_size(self) -> int:
+        """The updates held on the driver (the step's, since the trace was last arranged)."""
         return sum(r.size for _, r in self.spine.batches)
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the runs' arrays: (columns + time + diff) x 8 per update held."""
+        """Bytes of the runs' arrays on the driver: (columns + time + diff) x 8 per update."""
         return sum(int(a.nbytes) for _, r in self.spine.batches for a in (*r.cols, r.t, r.d))
 
     def appended(self, run: Run, since: int) -> "Mirror":
@@ -107,9 +125,10 @@ class Mirror:
         return self._with(spine)
 
     def table(self) -> pa.Table:
-        """Every update held, decoded to Arrow in the trace's column order (an iterate
-        scope's iteration is one of the mirror's columns)."""
-        run = self.all()
+        """Every update held on the driver, decoded to Arrow in the trace's column order (an
+        iterate scope's iteration is one of the mirror's columns); the remote batches are
+        Spark's already."""
+        run = self._concat_all([r for _, r in self.spine.batches])
         raw = {TIME: run.t, DIFF: run.d}
         arrays = [pa.array(to_numpy(self.xp, raw[f.name]), type=pa.int64()) if f.name in raw
                   else self.encoder.decode(to_numpy(self.xp, run.cols[self.columns.index(f.name)]),
@@ -121,8 +140,11 @@ class Mirror:
         return self._with(self.spine, upper)
 
     def all(self) -> Run:
-        """Every update (below `upper`)."""
-        return self._concat_all([r for _, r in self.spine.batches])
+        """Every update (below `upper`): the remote ones fetched in one job."""
+        runs = [r for _, r in self.spine.batches]
+        if self.remote is not None:
+            runs.insert(0, self.remote.fetched(self, None))
+        return self._concat_all(runs)
 
     def rows(self, asked: list, superset: bool = False) -> Run:
         """Every update whose first len(asked) columns equal one of the asked tuples
@@ -134,14 +156,14 @@ class Mirror:
         an arrangement)."""
         xp = self.xp
         runs = [r for _, r in self.spine.batches]
-        if self.nkeys == 0 or not runs:
-            return self._concat_all(runs)
-        if asked[0].shape[0] == 0:
+        if self.nkeys == 0:
+            return self.all()
+        if asked[0].shape[0] == 0 or not (runs or self.remote):
             return self._concat_all([])
         width = len(asked)
         asked = [xp.unique_values(asked[0])] if width == 1 else \
             consolidate(xp, list(asked), xp.ones_like(asked[0]))[0]
-        parts = []
+        parts = [] if self.remote is None else [self.remote.fetched(self, asked)]
         for run in runs:
             lo = xp.searchsorted(run.cols[0], asked[0], side="left")
             hi = xp.searchsorted(run.cols[0], asked[0], side="right")
@@ -166,6 +188,58 @@ class Mirror:
         rows = xp.nonzero(run.t < self.upper)[0]
         return Run(tuple(xp.take(c, rows) for c in run.cols), xp.take(run.t, rows),
                    xp.take(run.d, rows))
+
+
+@dataclass(frozen=True)
+class Remote:
+    """A mirror's updates left in the trace's arranged Spark batches ((records, frame)
+    each); `whole`: the most records `all` may bring to the driver."""
+
+    batches: tuple
+    whole: int
+
+    @property
+    def size(self) -> int:
+        return sum(n for n, _ in self.batches)
+
+    def fetched(self, mirror: Mirror, asked: list | None) -> Run:
+        """The batches' updates whose first len(asked) columns equal an asked tuple (distinct,
+        as codes), or all of them (`asked` None, at most `whole`), in one Spark job, encoded
+        and sorted. A value without a code, or more than `whole` to fetch, is Unsupported:
+        the step runs on Spark."""
+        from executor.arrange.changes import Unsupported
+        from executor.operators.linear.spark import q
+
+        if asked is None and self.size > self.whole:
+            raise Unsupported(f"a pass over {self.size:,} records on the executors (more "
+                              f"than {self.whole:,} to bring to the driver)")
+        frame = reduce(DataFrame.union, [b for _, b in self.batches])
+        if asked is not None:
+            names = mirror.columns[:len(asked)]
+            fields = [mirror.schema[c] for c in names]
+            tags = [f"__asked{i}" for i in range(len(names))]
+            keys = SparkSession.active().createDataFrame(pa.Table.from_arrays(
+                [mirror.encoder.decode(to_numpy(mirror.xp, a), f.dataType)
+                 for a, f in zip(asked, fields)],
+                schema=to_arrow_schema(StructType(fields))).rename_columns(tags))
+            # null keys group (a reduction's null key is a group), so they match here
+            on = reduce(lambda a, b: a & b, [frame[q(c)].eqNullSafe(keys[t])
+                                             for c, t in zip(names, tags)])
+            frame = frame.join(F.broadcast(keys), on=on, how="left_semi")
+        try:
+            return _collected(mirror.xp, frame, mirror.columns, mirror.encoder)
+        except NoCode as e:
+            raise Unsupported(str(e)) from None
+
+
+def _collected(xp, frame: DataFrame, columns: list[str], encoder) -> Run:
+    """A frame of updates fetched in one job, encoded, as a run in `columns`' order."""
+    frame = frame.select(*columns, TIME, DIFF)
+    table = frame.toArrow()
+    kinds = [f.dataType for f in frame.schema.fields]
+    arrays = [xp.asarray(encoder.encode(table.column(i), kinds[i])) for i in range(len(columns))]
+    arrays += [xp.asarray(table.column(c).to_numpy().astype(np.int64)) for c in (TIME, DIFF)]
+    return run_of(xp, arrays[:-2], arrays[-2], arrays[-1])
 
 
 def _compacted(xp, since: int, run: Run, _size: int) -> tuple[Run, int]:

@@ -82,11 +82,16 @@ class Trace:
     def synced(self) -> "Trace":
         """This trace with the mirror's updates as its Spark batches (one job to arrange)."""
         if self.stale:
-            frame = SparkSession.active().createDataFrame(self.mirror.table())
-            batch, size = arrange(frame, self.keys, self.time_cols, self.partitions, self.since)
+            # a mirror over Spark batches (Mirror.over) holds only the driver's steps' updates:
+            # they go after those batches, which are still the trace's spine
+            kept = self._spine(self.since) if self.mirror.remote else Spine(slack=self.spine.slack)
+            size = self.mirror.local_size
+            if size:
+                frame = SparkSession.active().createDataFrame(self.mirror.table())
+                batch, size = arrange(frame, self.keys, self.time_cols, self.partitions,
+                                      self.since)
             # in place: the same collection, now also readable by Spark
-            self.spine = Spine(slack=self.spine.slack).appended(batch, size) if size else \
-                Spine(slack=self.spine.slack)
+            self.spine = kept.appended(batch, size) if size else kept
             self.stale, self.unsynced = False, ()
         return self
 
@@ -125,7 +130,7 @@ class Trace:
         Spark batches: what is stored stays within about twice the collection."""
         stale = self.stale or mirror is not self.mirror
         spine, unsynced = self.spine, _merged(self.unsynced, delta)
-        if stale and sum(n for n, _ in unsynced) > mirror.size:
+        if stale and not mirror.remote and sum(n for n, _ in unsynced) > mirror.size:
             spine = Spine(slack=self.spine.slack)  # readers of a stale trace use the mirror
             unsynced = ((mirror.size, mirror.table),) if mirror.size else ()
         return Trace(self.keys, self.time_cols, self.partitions, spine, since, upper,
@@ -134,17 +139,20 @@ class Trace:
 
     def stats(self) -> dict:
         """Batches, records and bytes where the trace is stored now: the mirror's runs
-        while Spark's batches are stale (nothing is synced to count them)."""
+        while Spark's batches are stale (nothing is synced to count them), after Spark's
+        batches for a mirror over them (`remote_records`: what it left there)."""
+        remote = self.mirror.remote if self.mirror is not None else None
+        sizes = [s for s, _ in self.spine.batches] if remote or not self.stale else []
+        held = sum(_bytes(b) for _, b in self.spine.batches) if sizes else 0
         if self.stale:
-            sizes = [s for s, _ in self.mirror.spine.batches]
-            held = self.mirror.nbytes
-        else:
-            sizes = [s for s, _ in self.spine.batches]
-            held = sum(_bytes(b) for _, b in self.spine.batches)
+            sizes += [s for s, _ in self.mirror.spine.batches]
+            held += self.mirror.nbytes
+        stored = "spark" if not self.stale else "spark+driver" if remote else "driver"
         return {"keys": list(self.keys), "batches": len(sizes), "records": sum(sizes),
-                "batch_records": sizes, "bytes": held, "stored": "driver" if self.stale
-                else "spark", "since": self.since, "upper": self.upper,
-                "mirror_records": 0 if self.mirror is None else self.mirror.size,
+                "batch_records": sizes, "bytes": held, "stored": stored, "since": self.since,
+                "upper": self.upper,
+                "mirror_records": 0 if self.mirror is None else self.mirror.local_size,
+                "remote_records": remote.size if remote else 0,
                 "mirror_bytes": 0 if self.mirror is None else self.mirror.nbytes,
                 "mirror_columns": 0 if self.mirror is None else len(self.mirror.columns)}
 

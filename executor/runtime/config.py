@@ -49,6 +49,7 @@ HOST_STEP_ROWS_KEY = "diffspark.host.step_rows"
 DEFAULT_HOST_STEP_ROWS = 5_000_000
 HOST_MIRROR_ROWS_KEY = "diffspark.host.mirror_rows"
 DEFAULT_HOST_MIRROR_ROWS = 20_000_000
+HOST_LOOKUP_ROWS_KEY = "diffspark.host.lookup_rows"
 HOST_THREADS_KEY = "diffspark.host.threads"
 OUTPUT_HISTORY_KEY = "diffspark.output.history"
 OUTPUT_HISTORIES = ("all", "current")
@@ -152,6 +153,16 @@ def host_step_rows(conf: Mapping[str, str]) -> int:
 def host_mirror_rows(conf: Mapping[str, str]) -> int:
     """The most records an arrangement may hold for the driver to mirror it."""
     return _positive_int(conf, HOST_MIRROR_ROWS_KEY, DEFAULT_HOST_MIRROR_ROWS)
+
+
+def host_lookup_rows(conf: Mapping[str, str]) -> int:
+    """The most records of an arrangement a driver step mirrors whole; a larger one stays
+    in its Spark batches and the step reads the keys it touches (executor/arrange/mirror.py
+    `Mirror.over`); default: host_mirror_rows, beyond which nothing is mirrored; 0 leaves
+    every arranged Spark batch where it is."""
+    if str(conf.get(HOST_LOOKUP_ROWS_KEY, "")).strip() == "0":
+        return 0
+    return _positive_int(conf, HOST_LOOKUP_ROWS_KEY, host_mirror_rows(conf))
 
 
 def host_threads(conf: Mapping[str, str]) -> int:

@@ -149,7 +149,8 @@ def _tied(xp, ranked: tuple, lo, stop, hi):
 
 def _records(old: Mirror) -> Mirror:
     """The mirror searched by whole records (its runs are sorted by every column)."""
-    return Mirror(old.xp, old.columns, len(old.columns), old.spine, upper=old.upper)
+    return Mirror(old.xp, old.columns, len(old.columns), old.spine, old.schema, old.encoder,
+                  old.upper, old.remote)
 
 
 def _among(xp, rows, sorted_positions):

@@ -59,7 +59,7 @@ class Encoder:
                     pc.min(arr).as_py() == NULL_CODE:
                 raise NoCode("a BIGINT equal to the null code (int64 min)")
         elif isinstance(kind, DecimalType):
-            codes = _unscaled(arr)
+            codes = unscaled(arr)
         elif isinstance(kind, (DoubleType, FloatType)):
             codes = float_codes(arr.cast(pa.float64()).fill_null(0.0)
                                 .to_numpy(zero_copy_only=False))
@@ -144,10 +144,10 @@ def fits(column: pa.Array | pa.ChunkedArray, kind: DataType) -> bool:
         return True
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     try:
-        unscaled = _unscaled(arr)
+        values = unscaled(arr)
     except NoCode:
         return kind.precision > 18  # beyond int64: Spark's own checks decide
-    return kind.precision > 18 or bool(np.all(np.abs(unscaled) < 10 ** kind.precision))
+    return kind.precision > 18 or bool(np.all(np.abs(values) < 10 ** kind.precision))
 
 
 def ordered(kind: DataType) -> bool:
@@ -186,7 +186,7 @@ def _integers(arr: pa.Array) -> np.ndarray:
     return arr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-def _unscaled(arr: pa.Array) -> np.ndarray:
+def unscaled(arr: pa.Array) -> np.ndarray:
     """The unscaled values of a decimal128 array as int64 (NoCode beyond int64)."""
     if not pa.types.is_decimal128(arr.type):
         raise NoCode(f"a decimal stored as {arr.type}")

@@ -12,23 +12,22 @@ driver's updates is kept for Spark.
 A mirror may also leave its older updates on the executors (`remote`: the trace's arranged
 Spark batches, when they hold more than diffspark.host.lookup_rows records): building it
 then costs nothing, each lookup (`rows`) reads only the asked keys' updates of those batches
-in one Spark job (a broadcast semi-join; Spark's in-memory scan skips the batches whose key
-statistics rule them out), and the step's own updates stay runs on the driver until Spark
-next reads the trace (Trace.synced arranges only them). A small step against a trace too big
-to hold on the driver thus costs its lookups, not the state (DESIGN.md section 12).
+in one Spark job (executor/arrange/remote.py), and the step's own updates stay runs on the
+driver until Spark next reads the trace (Trace.synced arranges only them). A small step
+against a trace too big to hold on the driver thus costs its lookups, not the state
+(DESIGN.md section 12).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial, reduce
 
-import numpy as np
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession, functions as F
+from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from executor.arrange.encoding import NoCode
+from executor.arrange.remote import Remote, encoded
 from executor.arrange.spine import Spine
 from executor.time import DIFF, TIME
 from gpu_kernels import consolidate, equal_range, neighbours, to_numpy
@@ -80,7 +79,8 @@ class Mirror:
         mirror = cls(xp, columns, nkeys, schema=schema, encoder=encoder)
         if not frames:
             return mirror
-        run = _collected(xp, reduce(DataFrame.union, frames), columns, encoder)
+        frame = reduce(DataFrame.union, frames).select(*columns, TIME, DIFF)
+        run = run_of(xp, *encoded(xp, frame.toArrow(), frame.schema, encoder))
         mirror.spine = mirror.spine.appended(run, run.size) if run.size else mirror.spine
         return mirror
 
@@ -128,7 +128,7 @@ class Mirror:
         """Every update held on the driver, decoded to Arrow in the trace's column order (an
         iterate scope's iteration is one of the mirror's columns); the remote batches are
         Spark's already."""
-        run = self._concat_all([r for _, r in self.spine.batches])
+        run = self.local()
         raw = {TIME: run.t, DIFF: run.d}
         arrays = [pa.array(to_numpy(self.xp, raw[f.name]), type=pa.int64()) if f.name in raw
                   else self.encoder.decode(to_numpy(self.xp, run.cols[self.columns.index(f.name)]),
@@ -139,11 +139,15 @@ class Mirror:
         """The same runs, read only at times below `upper` (filtered per lookup: no copy)."""
         return self._with(self.spine, upper)
 
+    def local(self) -> Run:
+        """The updates held on the driver (below `upper`), without the remote ones."""
+        return self._concat_all([r for _, r in self.spine.batches])
+
     def all(self) -> Run:
         """Every update (below `upper`): the remote ones fetched in one job."""
         runs = [r for _, r in self.spine.batches]
         if self.remote is not None:
-            runs.insert(0, self.remote.fetched(self, None))
+            runs.insert(0, run_of(self.xp, *self.remote.fetched(self, None)))
         return self._concat_all(runs)
 
     def rows(self, asked: list, superset: bool = False) -> Run:
@@ -163,7 +167,9 @@ class Mirror:
         width = len(asked)
         asked = [xp.unique_values(asked[0])] if width == 1 else \
             consolidate(xp, list(asked), xp.ones_like(asked[0]))[0]
-        parts = [] if self.remote is None else [self.remote.fetched(self, asked)]
+        if self.remote is not None:  # a superset of the asked, searched as a run of its own
+            runs.insert(0, run_of(xp, *self.remote.fetched(self, asked)))
+        parts = []
         for run in runs:
             lo = xp.searchsorted(run.cols[0], asked[0], side="left")
             hi = xp.searchsorted(run.cols[0], asked[0], side="right")
@@ -188,58 +194,6 @@ class Mirror:
         rows = xp.nonzero(run.t < self.upper)[0]
         return Run(tuple(xp.take(c, rows) for c in run.cols), xp.take(run.t, rows),
                    xp.take(run.d, rows))
-
-
-@dataclass(frozen=True)
-class Remote:
-    """A mirror's updates left in the trace's arranged Spark batches ((records, frame)
-    each); `whole`: the most records `all` may bring to the driver."""
-
-    batches: tuple
-    whole: int
-
-    @property
-    def size(self) -> int:
-        return sum(n for n, _ in self.batches)
-
-    def fetched(self, mirror: Mirror, asked: list | None) -> Run:
-        """The batches' updates whose first len(asked) columns equal an asked tuple (distinct,
-        as codes), or all of them (`asked` None, at most `whole`), in one Spark job, encoded
-        and sorted. A value without a code, or more than `whole` to fetch, is Unsupported:
-        the step runs on Spark."""
-        from executor.arrange.changes import Unsupported
-        from executor.operators.linear.spark import q
-
-        if asked is None and self.size > self.whole:
-            raise Unsupported(f"a pass over {self.size:,} records on the executors (more "
-                              f"than {self.whole:,} to bring to the driver)")
-        frame = reduce(DataFrame.union, [b for _, b in self.batches])
-        if asked is not None:
-            names = mirror.columns[:len(asked)]
-            fields = [mirror.schema[c] for c in names]
-            tags = [f"__asked{i}" for i in range(len(names))]
-            keys = SparkSession.active().createDataFrame(pa.Table.from_arrays(
-                [mirror.encoder.decode(to_numpy(mirror.xp, a), f.dataType)
-                 for a, f in zip(asked, fields)],
-                schema=to_arrow_schema(StructType(fields))).rename_columns(tags))
-            # null keys group (a reduction's null key is a group), so they match here
-            on = reduce(lambda a, b: a & b, [frame[q(c)].eqNullSafe(keys[t])
-                                             for c, t in zip(names, tags)])
-            frame = frame.join(F.broadcast(keys), on=on, how="left_semi")
-        try:
-            return _collected(mirror.xp, frame, mirror.columns, mirror.encoder)
-        except NoCode as e:
-            raise Unsupported(str(e)) from None
-
-
-def _collected(xp, frame: DataFrame, columns: list[str], encoder) -> Run:
-    """A frame of updates fetched in one job, encoded, as a run in `columns`' order."""
-    frame = frame.select(*columns, TIME, DIFF)
-    table = frame.toArrow()
-    kinds = [f.dataType for f in frame.schema.fields]
-    arrays = [xp.asarray(encoder.encode(table.column(i), kinds[i])) for i in range(len(columns))]
-    arrays += [xp.asarray(table.column(c).to_numpy().astype(np.int64)) for c in (TIME, DIFF)]
-    return run_of(xp, arrays[:-2], arrays[-2], arrays[-1])
 
 
 def _compacted(xp, since: int, run: Run, _size: int) -> tuple[Run, int]:

@@ -71,14 +71,14 @@ def layout(node: ir.Reduce, kinds: dict) -> Optional[list[tuple]]:
     for _, kind, column in red.value_parts():
         if kind not in ("count", "sum"):
             return None
-        if kind == "sum" and _value_type(kinds[column]) is None:
+        if kind == "sum" and value_type(kinds[column]) is None:
             return None
         wanted = [("weight", column)] + ([("value", column)] if kind == "sum" else [])
         specs += [w for w in wanted if w not in specs]
     return [(f"__t{i}", what, column) for i, (what, column) in enumerate(specs)]
 
 
-def _value_type(t) -> Optional[DecimalType]:
+def value_type(t) -> Optional[DecimalType]:
     """The type of a value total over a column of type t, where x*m is exact in it."""
     if isinstance(t, INTEGRAL):
         return DecimalType(38, 0)
@@ -87,13 +87,13 @@ def _value_type(t) -> Optional[DecimalType]:
     return None
 
 
-def _term(what: str, column, kinds: dict):
+def term(what: str, column, kinds: dict):
     """A term of one update (weight m, or x*m), zero where its column is null."""
     m = F.col(DIFF)
     if what == "weight":
         return m if column is None else \
             F.when(F.col(q(column)).isNotNull(), m).otherwise(F.lit(0).cast("bigint"))
-    t = _value_type(kinds[column])
+    t = value_type(kinds[column])
     return F.coalesce(F.col(q(column)).cast(t) * m, F.lit(0).cast(t))
 
 
@@ -140,10 +140,10 @@ def changes(node: ir.Reduce, ready: DataFrame, frontier: int, held: list[DataFra
     kinds = {f.name: f.dataType for f in ready.schema.fields}
     names = [n for n, _, _ in terms]
     if single:
-        rows = ready.select(*kq, *[_term(w, c, kinds).alias(n) for n, w, c in terms],
+        rows = ready.select(*kq, *[term(w, c, kinds).alias(n) for n, w, c in terms],
                             F.lit(False).alias(SEEN))
     else:
-        rows = ready.groupBy(*kq, TIME).agg(*[F.sum(_term(w, c, kinds)).alias(n)
+        rows = ready.groupBy(*kq, TIME).agg(*[F.sum(term(w, c, kinds)).alias(n)
                                               for n, w, c in terms]).withColumn(SEEN, F.lit(False))
     if held:
         base = (of_keys(fold(DataFrame.unionByName, held), ready, kq, same).groupBy(*kq)
@@ -221,7 +221,7 @@ def _rebuilt(view, frontier: int, kq: list[str], terms: list[tuple], kinds: dict
     if not view.old:
         return Totals(spine, frontier)
     rows = fold(DataFrame.union, view.old).where(F.col(TIME) < frontier)
-    grouped = rows.groupBy(*kq).agg(*[F.sum(_term(w, c, kinds)).alias(n) for n, w, c in terms])
+    grouped = rows.groupBy(*kq).agg(*[F.sum(term(w, c, kinds)).alias(n) for n, w, c in terms])
     return Totals(spine.appended(checkpoint(grouped, eager=False), 1), frontier)
 
 

@@ -28,12 +28,21 @@ merging their updates cannot overflow.
 """
 from __future__ import annotations
 
+from functools import reduce
+
+import numpy as np
+import pyarrow as pa
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, functions as F
 from pyspark.sql.types import DecimalType
 
 from executor.arrange.changes import Changes, Unsupported
-from executor.arrange.encoding import INTEGRAL, NULL_CODE
+from executor.arrange.encoding import INTEGRAL, NULL_CODE, NoCode, unscaled
 from executor.arrange.mirror import Mirror, Run, run_of
-from executor.operators.reduce import driver as reduce_driver
+from executor.operators.linear.spark import q
+from executor.operators.reduce import driver as reduce_driver, spark_totals
+from executor.time import TIME
 from gpu_kernels import (DiffOverflow, group_starts, multiply_diffs, running_segments, sort_by,
                          sum_segments)
 from plans import ir
@@ -222,14 +231,22 @@ def _kept(step, node: ir.Reduce, view, keys: list[str], kinds: dict) -> Mirror:
     red, trace, xp = node.reduction, view.trace, step.xp
     if red in trace.totals:
         return trace.totals[red]
-    whole = view.old.below(step.lower).all()
-    columns = dict(zip(view.old.columns, whole.cols))
+    old = view.old.below(step.lower)
     layout = _layout(red, kinds)
     exact = _exact(layout)
+    far = old.remote is not None and all(
+        what == "weight" or spark_totals.value_type(kinds[c]) for what, c in layout)
+    whole = old.local() if far else old.all()
+    columns = dict(zip(old.columns, whole.cols))
     try:
+        key_cols = [columns[k] for k in keys]
         terms = _terms(xp, layout, columns, whole.d, kinds)
-        t = xp.full_like(whole.t, step.lower - 1)
-        summed = _Running(xp, [columns[k] for k in keys], t, terms, [], step.lower - 1)
+        if far:  # the Spark batches' totals, one aggregate, instead of all their updates
+            more_keys, more = _summed_on_spark(step, node, old, keys, layout, kinds)
+            key_cols = [xp.concat([a, b]) for a, b in zip(key_cols, more_keys)]
+            terms = [xp.concat([a, b]) for a, b in zip(terms, more)]
+        t = xp.full(terms[0].shape, step.lower - 1, dtype=xp.int64)
+        summed = _Running(xp, key_cols, t, terms, [], step.lower - 1)
     except DiffOverflow:
         raise Unsupported(f"{node.label()}: a total beyond int64 (Spark reports it)") from None
     totals = summed.now
@@ -239,6 +256,38 @@ def _kept(step, node: ir.Reduce, view, keys: list[str], kinds: dict) -> Mirror:
     kept = trace.totals[red] = Mirror(xp, [*keys, TERM], len(keys)).appended(
         _stacked(xp, summed.keys, summed.t, totals), since)
     return kept
+
+
+def _summed_on_spark(step, node: ir.Reduce, old: Mirror, keys: list[str], layout: list,
+                     kinds: dict) -> tuple[list, list]:
+    """(key codes, each total of the layout per key) of the updates a mirror left in Spark's
+    batches (Mirror.over) below its upper, summed per key in one Spark aggregate (x*m exact
+    in DECIMAL(38, s), spark_totals.value_type); Unsupported where a total leaves int64."""
+    xp, encoder = step.xp, step.encoder
+    frame = reduce(DataFrame.union, [b for _, b in old.remote.batches])
+    if old.upper is not None:
+        frame = frame.where(F.col(TIME) < old.upper)
+    cap = F.lit(BOUND).cast(DecimalType(38, 0))
+    sums = [spark_totals.term(what, c, kinds) if what != "spread" else
+            F.least(F.abs(spark_totals.term("value", c, kinds)), cap)
+            for what, c in layout]
+    # a global reduction's aggregate has a row even over no rows: dropped
+    grouped = frame.groupBy(*map(q, keys)).agg(F.count(F.lit(1)).alias("__rows"), *[
+        F.sum(x).alias(f"__t{i}") for i, x in enumerate(sums)]).where(F.col("__rows") > 0)
+    try:
+        table = grouped.toArrow()
+        codes = [xp.asarray(encoder.encode(table.column(k), old.schema[k].dataType))
+                 for k in keys]
+        totals = [table.column(f"__t{i}").combine_chunks() for i in range(len(layout))]
+        totals = [xp.asarray(unscaled(x) if pa.types.is_decimal(x.type) else
+                             x.to_numpy(zero_copy_only=False).astype(np.int64))
+                  for x in totals]
+    except (NoCode, Py4JJavaError, PySparkException) as e:  # ANSI overflow of a sum, say
+        raise Unsupported(f"{node.label()}: totals on Spark: {str(e).splitlines()[0]}") from None
+    spreads = [i for i, (what, _) in enumerate(layout) if what == "spread"]
+    for i in spreads:
+        totals[i] = xp.minimum(totals[i], xp.asarray(BOUND))
+    return codes, totals
 
 
 class _Running:

@@ -104,7 +104,10 @@ def encoded(xp, table: pa.Table, schema: StructType, encoder) -> tuple:
 
 def _pack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """A partition's rows as Arrow IPC blobs of at most CHUNK rows (runs in the executors)."""
-    table = pa.Table.from_batches(list(batches))
+    batches = list(batches)
+    if not batches:  # an empty partition
+        return
+    table = pa.Table.from_batches(batches)
     for start in range(0, table.num_rows, CHUNK):
         sink = pa.BufferOutputStream()
         part = table.slice(start, CHUNK)

@@ -44,6 +44,10 @@ class Remote:
     def size(self) -> int:
         return sum(n for n, _ in self.batches)
 
+    def frame(self) -> DataFrame:
+        """The batches as one frame (of the trace's updates schema)."""
+        return reduce(DataFrame.union, [b for _, b in self.batches])
+
     def fetched(self, mirror, asked: Optional[list]) -> tuple:
         """(record columns in `mirror.columns`' order, time, diff) as codes: every update
         (`asked` None; one job, at most `whole`), or a superset of those whose first
@@ -54,8 +58,7 @@ class Remote:
         if asked is None and self.size > self.whole:
             raise Unsupported(f"a pass over {self.size:,} records on the executors (more "
                               f"than {self.whole:,} to bring to the driver)")
-        frame = reduce(DataFrame.union, [b for _, b in self.batches]).select(
-            *mirror.columns, TIME, DIFF)
+        frame = self.frame().select(*mirror.columns, TIME, DIFF)
         if asked is not None:
             frame = self._found(frame, mirror, asked)
         try:

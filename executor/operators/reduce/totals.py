@@ -28,13 +28,11 @@ merging their updates cannot overflow.
 """
 from __future__ import annotations
 
-from functools import reduce
-
 import numpy as np
 import pyarrow as pa
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame, functions as F
+from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType
 
 from executor.arrange.changes import Changes, Unsupported
@@ -264,7 +262,7 @@ def _summed_on_spark(step, node: ir.Reduce, old: Mirror, keys: list[str], layout
     batches (Mirror.over) below its upper, summed per key in one Spark aggregate (x*m exact
     in DECIMAL(38, s), spark_totals.value_type); Unsupported where a total leaves int64."""
     xp, encoder = step.xp, step.encoder
-    frame = reduce(DataFrame.union, [b for _, b in old.remote.batches])
+    frame = old.remote.frame()
     if old.upper is not None:
         frame = frame.where(F.col(TIME) < old.upper)
     cap = F.lit(BOUND).cast(DecimalType(38, 0))

@@ -375,19 +375,23 @@ def die_and_resume(spark, conf, make_flow, inputs, cuts, where, monkeypatch, dat
     return results, second
 
 
+@pytest.mark.parametrize("traces", ["mirrored", "left_on_spark"])
 @settings(max_examples=examples(2, 4), deadline=None, suppress_health_check=list(HealthCheck))
 @given(edges=st.lists(tagged, min_size=1, max_size=10), weights=st.lists(weight, max_size=6),
        cuts=st.sets(st.integers(1, HORIZON - 1), min_size=1, max_size=2), data=st.data())
 def test_driver_steps_die_resume_and_switch_placement(spark, conf, tmp_path_factory, monkeypatch,
-                                                      edges, weights, cuts, data):
+                                                      traces, edges, weights, cuts, data):
     """A durable runner steps on the driver or on Spark (random per step), dies at a random
     commit point of a random step, and a new runner resumes, repeating the driver from the
     start with the steps placed at random again: driver steps commit without Spark into the
     same manifest, either placement resumes from either's steps, replays are recognised
-    whichever placement committed them, and the outputs are the reference's."""
+    whichever placement committed them, and the outputs are the reference's. With
+    `lookup_rows=0` a driver step after a Spark step reads the traces Spark arranged by key
+    (executor/arrange/remote.py) and commits only its own updates."""
     cuts = sorted(cuts) + [HORIZON]
     inputs = {"e": (D, edges), "n": (M, weights)}
     tmp = str(tmp_path_factory.mktemp("inputs"))
+    conf = conf | ({"diffspark.host.lookup_rows": "0"} if traces == "left_on_spark" else {})
     results, second = die_and_resume(
         spark, conf, driver_flow, inputs, cuts, str(tmp_path_factory.mktemp("state")),
         monkeypatch, data, lambda runner, placed: feed_placed(runner, inputs, cuts, placed, tmp),

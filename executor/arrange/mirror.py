@@ -71,6 +71,12 @@ class Mirror:
         return Mirror(self.xp, self.columns, self.nkeys, spine, self.schema, self.encoder,
                       upper, self.remote)
 
+    def keyed_by(self, nkeys: int) -> "Mirror":
+        """The same updates searched by their first `nkeys` columns (runs are sorted by
+        every column, so any prefix is a key)."""
+        return Mirror(self.xp, self.columns, nkeys, self.spine, self.schema, self.encoder,
+                      self.upper, self.remote)
+
     @classmethod
     def of(cls, xp, frames: list[DataFrame], columns: list[str], nkeys: int, encoder,
            schema: StructType) -> "Mirror":

@@ -91,7 +91,7 @@ def delta(step, node: ir.Reduce, view, ready):
     _, rows = neighbours(xp, xp.arange(size, dtype=xp.int64), lo, stop)
     rows = xp.take(rows, xp.nonzero(xp.logical_not(_among(xp, rows, gone)))[0])
     record = list(index.keys[:nkeys]) + list(index.keys[nkeys + width:])
-    history = _records(old).rows(recs)
+    history = old.keyed_by(len(old.columns)).rows(recs)
     held = Run(tuple(xp.concat([xp.take(c, rows), h]) for c, h in zip(record, history.cols)),
                xp.concat([xp.full(rows.shape, step.lower - 1, dtype=xp.int64), history.t]),
                xp.concat([xp.take(index.m, rows), history.d]))
@@ -145,12 +145,6 @@ def _tied(xp, ranked: tuple, lo, stop, hi):
                          tuple(xp.take(k, last) for k in ranked))
     stop[some] = end
     return stop
-
-
-def _records(old: Mirror) -> Mirror:
-    """The mirror searched by whole records (its runs are sorted by every column)."""
-    return Mirror(old.xp, old.columns, len(old.columns), old.spine, old.schema, old.encoder,
-                  old.upper, old.remote)
 
 
 def _among(xp, rows, sorted_positions):

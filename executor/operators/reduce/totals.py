@@ -28,10 +28,7 @@ merging their updates cannot overflow.
 """
 from __future__ import annotations
 
-import numpy as np
-import pyarrow as pa
-from py4j.protocol import Py4JJavaError
-from pyspark.errors import PySparkException
+from pyspark.errors import ArithmeticException
 from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType
 
@@ -266,10 +263,13 @@ def _summed_on_spark(step, node: ir.Reduce, old: Mirror, keys: list[str], layout
     if old.upper is not None:
         frame = frame.where(F.col(TIME) < old.upper)
     cap = F.lit(BOUND).cast(DecimalType(38, 0))
-    sums = [spark_totals.term(what, c, kinds) if what != "spread" else
+    sums = [spark_totals.term(what, c, kinds).cast(DecimalType(38, 0)) if what == "weight"
+            else spark_totals.term(what, c, kinds) if what != "spread" else
             F.least(F.abs(spark_totals.term("value", c, kinds)), cap)
             for what, c in layout]
-    # a global reduction's aggregate has a row even over no rows: dropped
+    # every total is summed as a DECIMAL(38) (a BIGINT sum wraps with ANSI mode off); a
+    # global reduction's aggregate has a row even over no rows: dropped. Terms are never
+    # NULL, so a NULL sum is an overflow with ANSI mode off
     grouped = frame.groupBy(*map(q, keys)).agg(F.count(F.lit(1)).alias("__rows"), *[
         F.sum(x).alias(f"__t{i}") for i, x in enumerate(sums)]).where(F.col("__rows") > 0)
     try:
@@ -277,10 +277,10 @@ def _summed_on_spark(step, node: ir.Reduce, old: Mirror, keys: list[str], layout
         codes = [xp.asarray(encoder.encode(table.column(k), old.schema[k].dataType))
                  for k in keys]
         totals = [table.column(f"__t{i}").combine_chunks() for i in range(len(layout))]
-        totals = [xp.asarray(unscaled(x) if pa.types.is_decimal(x.type) else
-                             x.to_numpy(zero_copy_only=False).astype(np.int64))
-                  for x in totals]
-    except (NoCode, Py4JJavaError, PySparkException) as e:  # ANSI overflow of a sum, say
+        if any(x.null_count for x in totals):
+            raise NoCode("a total beyond DECIMAL(38) (ANSI mode off)")
+        totals = [xp.asarray(unscaled(x)) for x in totals]
+    except (NoCode, ArithmeticException) as e:  # a total beyond int64, or ANSI's overflow
         raise Unsupported(f"{node.label()}: totals on Spark: {str(e).splitlines()[0]}") from None
     spreads = [i for i, (what, _) in enumerate(layout) if what == "spread"]
     for i in spreads:

@@ -23,10 +23,29 @@ def sort_by(xp, keys):
     """
     if not keys:
         raise ValueError("sort_by needs at least one key")
-    words = _words(xp, keys)
-    perm = xp.argsort(words[-1], stable=True)
-    for word in reversed(words[:-1]):
-        perm = xp.take(perm, xp.argsort(xp.take(word, perm), stable=True))
+    return _permutation(xp, _words(xp, keys))
+
+
+def _permutation(xp, words):
+    """The stable permutation sorting rows by `words` ((array, span) each, most significant
+    first; see _words)."""
+    perm = None
+    for word, span in reversed(words):
+        perm = _argsort(xp, word, span) if perm is None else \
+            xp.take(perm, _argsort(xp, xp.take(word, perm), span))
+    return perm
+
+
+def _argsort(xp, word, span):
+    """Stable argsort of one word. Offsets below 2**32 (`span`) sort as one or two 16-bit
+    digits, least significant first: numpy sorts 16-bit integers by radix, 3-6x faster than
+    a comparison sort of int64 (and cupy's radix sort takes fewer passes)."""
+    if span is None or span > 2**32:
+        return xp.argsort(word, stable=True)
+    perm = xp.argsort(xp.astype(word & 0xFFFF, xp.uint16), stable=True)
+    if span > 2**16:
+        high = xp.astype(xp.take(word, perm) >> 16, xp.uint16)
+        perm = xp.take(perm, xp.argsort(high, stable=True))
     return perm
 
 
@@ -36,32 +55,34 @@ def _packable(xp, key) -> bool:
 
 
 def _words(xp, keys) -> list:
-    """Arrays that order rows as `keys` do (most significant first): each maximal run of
-    adjacent integer keys whose ranges multiply to less than 2**63 packed into one int64
-    (offsets from each key's least value, mixed radix); a key that cannot pack (floating,
-    uint64) stays itself."""
+    """(array, span) pairs that order rows as `keys` do (most significant first), equal
+    exactly where the keys are: each maximal run of adjacent integer keys whose ranges
+    multiply to less than 2**63 packed into one int64 of offsets from each key's least value
+    (mixed radix), `span` its bound; a lone key with a wide range, or one that cannot pack
+    (floating, uint64), stays itself (span None)."""
     keys = [_sortable(xp, k) for k in keys]
-    if len(keys) == 1 or keys[0].shape[0] == 0:  # nothing to pack
-        return keys
+    if keys[0].shape[0] == 0:  # nothing to pack
+        return [(k, None) for k in keys]
     words, run, total = [], [], 1
 
     def close():
         nonlocal total
-        if len(run) == 1:
-            words.append(run[0][0])
+        if len(run) == 1 and total > 2**32:
+            words.append((run[0][0], None))
         elif run:
             packed = xp.zeros(run[0][0].shape[0], dtype=xp.int64)
             for key, lo, span in run:
                 offset = xp.astype(key, xp.int64) - xp.asarray(lo, dtype=xp.int64)
-                packed = packed * xp.asarray(span, dtype=xp.int64) + offset
-            words.append(packed)
+                packed = offset if len(run) == 1 else \
+                    packed * xp.asarray(span, dtype=xp.int64) + offset
+            words.append((packed, total))
         run.clear()
         total = 1
 
     for key in keys:
         if not _packable(xp, key):
             close()
-            words.append(key)
+            words.append((key, None))
             continue
         lo = int(xp.min(key))
         span = int(xp.max(key)) - lo + 1
@@ -95,10 +116,13 @@ def consolidate(xp, keys, diff):
     `keys` lists the record columns then the time coordinates. Sums are exact; one that does
     not fit in int64 raises DiffOverflow.
     """
-    perm = sort_by(xp, keys)
-    sorted_keys = [xp.take(k, perm) for k in keys]
-    starts = group_starts(xp, sorted_keys)
+    if not keys:
+        raise ValueError("consolidate needs at least one key")
+    words = _words(xp, keys)  # rows are equal exactly where their words are
+    perm = _permutation(xp, words)
+    starts = group_starts(xp, [xp.take(w, perm) for w, _ in words])
     sums = sum_segments(xp, xp.take(diff, perm), starts)
     keep = xp.nonzero(sums != 0)[0]
-    rows = xp.take(starts, keep)
-    return [xp.take(k, rows) for k in sorted_keys], xp.take(sums, keep)
+    # each column gathered once, at its groups' first rows (all rows: the permutation)
+    rows = perm if keep.shape[0] == perm.shape[0] else xp.take(perm, xp.take(starts, keep))
+    return [xp.take(k, rows) for k in keys], xp.take(sums, keep)

@@ -72,11 +72,20 @@ def sum_segments(xp, diff, starts):
         at_bounds = xp.take(xp.cumulative_sum(part, include_initial=True), bounds)
         return at_bounds[1:] - at_bounds[:-1]
 
+    if _bounded(xp, diff):
+        return segment(diff)
     hi, lo = segment(diff // _HALF), segment(diff % _HALF)
     hi = hi + lo // _HALF  # total = hi * 2**32 + (lo % 2**32), and fits iff hi does in 32 bits
     bad = xp.logical_or(hi < -(2**31), hi >= 2**31)
     _refuse(xp, bad, lambda i: f"diff sum overflows int64 (segment {i}, from row {int(starts[i])})")
     return hi * _HALF + lo % _HALF
+
+
+def _bounded(xp, diff) -> bool:
+    """Whether no prefix sum of diff can leave int64 (n * max |d| < 2**63): one exact
+    cumulative sum then serves, with no hi/lo split (a first step's diffs are all 1)."""
+    n = diff.shape[0]
+    return n == 0 or n * _magnitude(xp, diff) < 2**63
 
 
 def running_segments(xp, diff, starts):
@@ -93,6 +102,8 @@ def running_segments(xp, diff, starts):
         total = xp.cumulative_sum(part, include_initial=True)
         return total[1:] - xp.take(xp.take(total, starts), segment)
 
+    if _bounded(xp, diff):
+        return running(diff)
     hi, lo = running(diff // _HALF), running(diff % _HALF)
     hi = hi + lo // _HALF
     bad = xp.logical_or(hi < -(2**31), hi >= 2**31)

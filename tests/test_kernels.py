@@ -271,6 +271,27 @@ def test_sort_by_packs_runs_of_columns_between_the_ones_that_cannot_pack(xp, row
     assert host(xp, gk.sort_by(xp, keys)) == expected
 
 
+spans = st.sampled_from([2, 2**16 - 1, 2**16, 2**16 + 1, 2**32 - 1, 2**32, 2**32 + 1, 2**40])
+ranged = st.tuples(spans, st.integers(-(2**40), 2**40)).flatmap(
+    lambda s: st.lists(st.tuples(st.integers(s[1], s[1] + s[0] - 1), small), max_size=40))
+
+
+@examples
+@given(ranged)
+def test_sort_by_sorts_offsets_by_16_bit_digits(xp, rows):
+    """A key alone, or packed with a small one, whose range needs one 16-bit digit, two, or
+    a comparison sort (spans at each bound): the stable order, and consolidate's groups."""
+    keys = [i64(xp, [r[j] for r in rows]) for j in range(2)]
+    assert host(xp, gk.sort_by(xp, keys[:1])) == sorted(range(len(rows)),
+                                                         key=lambda i: rows[i][0])
+    assert host(xp, gk.sort_by(xp, keys)) == sorted(range(len(rows)), key=lambda i: rows[i])
+    totals = defaultdict(int)
+    for r in rows:
+        totals[r] += 1
+    out, d = gk.consolidate(xp, keys, i64(xp, [1] * len(rows)))
+    assert list(zip(zip(*(host(xp, k) for k in out)), host(xp, d))) == sorted(totals.items())
+
+
 def test_consolidate_refuses_overflowing_sum(xp):
     keys = [i64(xp, [7, 7, 8])]
     with pytest.raises(gk.DiffOverflow, match=r"diff sum overflows int64 \(segment 0"):

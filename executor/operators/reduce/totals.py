@@ -137,13 +137,16 @@ def delta(step, node: ir.Reduce, view, ready):
         return _emitted(xp, schema, now.keys, now.t, [now.now[0]], [now.prev[0]],
                         now.now[0] != 0, now.prev[0] != 0)
     # sum, aggregate: keys whose group or a sum's weight is ever zero, or whose spread is too
-    # wide, are re-evaluated
+    # wide, are re-evaluated. Over a trace that held nothing before the step (a load), a
+    # key's first time has no group before it: its zero weights then prove it absent
     at = {spec: i for i, spec in enumerate(layout)}
     weights = [at[("weight", c)] for _, k, c in red.value_parts() if k == "sum"] + \
         ([0] if red.kind == "aggregate" else [])
+    absent = now.first if view.old.size == 0 else xp.zeros(now.t.shape, dtype=xp.bool)
     unsure = xp.zeros(now.t.shape, dtype=xp.bool)
     for i in weights:
-        unsure = xp.logical_or(unsure, xp.logical_or(now.now[i] == 0, now.prev[i] == 0))
+        before = xp.logical_and(now.prev[i] == 0, xp.logical_not(absent))
+        unsure = xp.logical_or(unsure, xp.logical_or(now.now[i] == 0, before))
     for i in range(exact, len(layout)):
         unsure = xp.logical_or(unsure, now.now[i] >= BOUND)
     unsure = now.keys_of(unsure)
@@ -153,7 +156,7 @@ def delta(step, node: ir.Reduce, view, ready):
         if kind == "sum":
             reduce_driver.within_precision(xp, node, now.now[i], schema[name].dataType)
     out = _emitted(xp, schema, now.keys, now.t, [now.now[i] for i in read],
-                   [now.prev[i] for i in read], sure, sure)
+                   [now.prev[i] for i in read], sure, xp.logical_and(sure, xp.logical_not(absent)))
     if not bool(xp.any(unsure)):
         return out
     rows = now.updates_of(unsure)
@@ -325,6 +328,10 @@ class _Running:
         self.step = [xp.take(s, kept) for s in step]
         self.now = [xp.take(s, kept) for s in now]
         self.prev = [a - b for a, b in zip(self.now, self.step)]
+        # whether each kept row is its key's first at or after `lower` (its `prev`: the
+        # totals before the step)
+        self.first = xp.concat([xp.ones(min(1, self.t.shape[0]), dtype=xp.bool),
+                                self.key[1:] != self.key[:-1]])
 
     def changes(self, exact: int) -> list:
         """Each total's change at each kept row, a spread (after the `exact` totals)

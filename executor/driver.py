@@ -52,8 +52,9 @@ from executor.operators.linear import driver as linear
 from executor.operators.query import driver as query
 from executor.operators.reduce import (driver as reduce_driver, product as reduce_product, top_k,
                                        totals)
+from executor.runtime import limits
 from executor.runtime.config import (HOST_LOOKUP_ROWS_KEY, HOST_MIRROR_ROWS_KEY, HOST_STEP_ROWS_KEY,
-                                     host_lookup_rows, host_mirror_rows, host_step_rows)
+                                     host_lookup_rows, host_mirror_rows)
 from executor.time import DIFF, INFINITY, ITERATION, TIME
 from executor.walk import Walk
 from gpu_kernels import consolidate, namespace
@@ -62,7 +63,7 @@ from plans import ir
 
 def supports(runner) -> bool:
     """Whether the runner's plan can ever step on the driver placement."""
-    if host_step_rows(runner.conf) == 0:
+    if runner.step_rows == 0:
         return False
     return all(isinstance(node, (*DriverStep.forms, ir.Variable))
                for node in _every_node(runner.plan.values()))
@@ -72,7 +73,7 @@ def describe(runner, last: Optional[str]) -> str:
     """The placement rule for this runner's steps, as `Runner.explain` shows it, and where
     the last step ran (`last`: StepResult.placement, None before the first step)."""
     if runner._on_driver:
-        rule = (f"driver: a step whose inputs hold at most {host_step_rows(runner.conf):,} "
+        rule = (f"driver: a step whose inputs hold at most {runner.step_rows:,} "
                 f"rows each ({HOST_STEP_ROWS_KEY}), whose arrangements hold at most "
                 f"{host_mirror_rows(runner.conf):,} records ({HOST_MIRROR_ROWS_KEY}) and whose "
                 "values all have codes; spark: any other step, an iterate whose inputs hold "
@@ -80,7 +81,7 @@ def describe(runner, last: Optional[str]) -> str:
                 f"{host_lookup_rows(runner.conf):,} records ({HOST_LOOKUP_ROWS_KEY}) stays in "
                 "its Spark batches: a driver step reads the keys it touches, one Spark job "
                 "per lookup")
-    elif host_step_rows(runner.conf) == 0:
+    elif runner.step_rows == 0:
         rule = f"spark: every step ({HOST_STEP_ROWS_KEY}=0)"
     else:
         rule = "spark: every step (an operator of the plan has no driver form)"
@@ -231,7 +232,7 @@ class Done:
 def step(runner, updates: dict, upto: Optional[int]) -> Optional[Done]:
     """The step run on the driver, or None when it must run on Spark. upto None (close)
     releases everything held. Input errors raise InputError before anything changes."""
-    limit = host_step_rows(runner.conf)
+    limit = runner.step_rows
     sources = {}
     for name, source in updates.items():
         schema = runner.input_schemas[name]
@@ -245,6 +246,8 @@ def step(runner, updates: dict, upto: Optional[int]) -> Optional[Done]:
         if rows is None:
             return None
         sources[name] = checked(runner.spark, name, rows, schema, runner.frontier, upto)
+    if not _fits_memory(sources.values()):
+        return None
     held = _held(runner)
     if held is None:
         return None
@@ -262,6 +265,19 @@ def step(runner, updates: dict, upto: Optional[int]) -> Optional[Done]:
         name: arrow_digest(s if isinstance(s, pa.Table) else local_rows(s))
         for name, s in sources.items()}
     return Done(tables, pending, walk.commits | state, walk.holds, digests, walk.clock.seconds)
+
+
+# A driver step's peak memory over its inputs' Arrow bytes, with room to spare: a 6M-row
+# TPC-H load (1.3 GB of input) peaked 3.3 GB above where it started
+WORKING_SET = 4
+
+
+def _fits_memory(tables) -> bool:
+    """Whether a step's inputs, WORKING_SET times over, fit the memory the machine has
+    available: a bigger step runs on Spark, which spills to disk where the driver could
+    only fail."""
+    need = WORKING_SET * sum(t.nbytes for t in tables if isinstance(t, pa.Table))
+    return need <= limits.available_memory()
 
 
 def _held(runner) -> Optional[dict]:

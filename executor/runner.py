@@ -34,8 +34,8 @@ from executor.lateness import late
 from executor.operators.linear import spark as linear
 from executor.operators.reduce.counted import counted
 from executor.runtime import limits
-from executor.runtime.config import (OUTPUT_HISTORY_KEY, kernel_backend, load_conf, output_history,
-                                     partitions)
+from executor.runtime.config import (OUTPUT_HISTORY_KEY, host_step_rows, kernel_backend, load_conf,
+                                     output_history, partitions)
 from executor.runtime.errors import InputError, StepError
 from executor.runtime.session import spark_session
 from executor.spark import SparkStep
@@ -120,6 +120,9 @@ class Runner:
         self.partitions = partitions(self.conf)
         self._counted = counted(self.plan)  # arrangements counts keep as totals (reduce/counted.py)
         self._late = late(self.plan)  # what may change at or after upto (lateness.py)
+        # the most rows per input of a step on the driver (runtime/config.py host_step_rows)
+        self.step_rows = host_step_rows(
+            self.conf, local=self.spark.sparkContext.master.startswith("local"))
         self._on_driver = driver.supports(self)  # small steps may run on the driver (driver.py)
         # Arrange -> Trace; Reduce, (Query, relation) -> updates waiting for their time (a
         # Spark frame, or Arrow after a driver step: either placement reads both)

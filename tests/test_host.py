@@ -145,6 +145,35 @@ def test_explain_and_the_step_result_name_the_placement(spark, conf):
         spark_only.explain()
 
 
+def test_the_step_limit_follows_the_machine(spark, conf, monkeypatch):
+    """In local mode a step may hold as many rows as a mirror (Spark's executors share the
+    driver's machine); with a cluster's executors 5,000,000 unless set. A step whose inputs,
+    driver.WORKING_SET times over, exceed the memory the machine has available runs on
+    Spark, which spills, with the same answer; explain states the limit."""
+    from executor import driver
+    from executor.runtime import config, limits
+
+    assert limits.available_memory() > 0
+    assert config.host_step_rows({}, local=True) == config.host_mirror_rows({}) == 20_000_000
+    assert config.host_step_rows({"diffspark.host.mirror_rows": "7"}, local=True) == 7
+    assert config.host_step_rows({}) == 5_000_000
+    assert config.host_step_rows({"diffspark.host.step_rows": "9"}, local=True) == 9
+    flow = Dataflow()
+    flow.output("c", flow.input("g", G).count(by=["src"]))
+    unset = {k: v for k, v in conf.items() if k != "diffspark.host.step_rows"}
+    runner = Runner(flow, conf=unset, spark=spark)
+    assert runner.step_rows == 20_000_000 and "at most 20,000,000 rows each" in runner.explain()
+    table = pa.table({"src": [1, 1, 2], "dst": [2, 3, 4], "time": [0, 0, 0], "diff": [1, 1, 1]})
+    need = driver.WORKING_SET * table.nbytes
+    monkeypatch.setattr(limits, "available_memory", lambda: need - 1)
+    assert runner.step({"g": table}, upto=1).placement == "spark"
+    monkeypatch.setattr(limits, "available_memory", lambda: need * 4)
+    more = pa.table({"src": [2], "dst": [5], "time": [1], "diff": [1]})
+    assert runner.step({"g": more}, upto=2).placement == "driver"
+    assert sorted(map(tuple, runner.output("c").collect())) == [(1, 2, 0, 1), (2, 1, 0, 1),
+                                                                (2, 1, 1, -1), (2, 2, 1, 1)]
+
+
 TYPED = ("k BIGINT, s STRING, d DATE, p DECIMAL(10,2), ts TIMESTAMP, x DOUBLE, "
          "b BOOLEAN")
 

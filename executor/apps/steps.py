@@ -35,9 +35,7 @@ class Tables:
         from executor.arrange.spine import local_rows
         from executor.driver import checked
         from executor.inputs.local import local_table
-        from executor.runtime.config import host_step_rows
-
-        limit, raw = host_step_rows(runner.conf), {}
+        limit, raw = runner.step_rows, {}
         for name, source in sources.items():
             table = source if isinstance(source, pa.Table) else \
                 local_table(name, source, runner.input_schemas[name])

@@ -5,6 +5,8 @@ step may emit, per output. A step above it is refused before it commits (nothing
 so a plan that blows up (a join on a skewed key, a missing filter) stops with one line
 instead of filling the disk or the driver. Counting costs one job per output, so it only
 runs when the limit is set. A driver that ran out of memory gets a hint naming the setting.
+The memory the machine has available bounds the steps the driver placement takes
+(executor/driver.py `_fits_memory`).
 """
 from __future__ import annotations
 
@@ -49,3 +51,16 @@ def memory_hint(error: BaseException) -> str:
         return (" (the Spark driver or an executor ran out of memory: raise "
                 "spark.driver.memory, e.g. --conf spark.driver.memory=8g, or feed smaller steps)")
     return ""
+
+
+def available_memory() -> float:
+    """Bytes of memory the machine can still give (Linux's MemAvailable; elsewhere
+    unknown: infinite)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return float("inf")

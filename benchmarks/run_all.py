@@ -209,7 +209,7 @@ BENCHMARKS = (
           ("--rows", "10000000", "--keys", "1000000"),
           "DuckDB GROUP BY and Spark SQL groupBy over the same table", "DuckDB, Spark SQL"),
     Bench("tpch", ("--scale", "0.01", "--steps", "2", "--queries", "q01,q06,q13", *SMOKE_CONF),
-          ("--scale", "1", "--steps", "5"),
+          ("--scale", "0.1", "--steps", "3"),
           "DuckDB and Spark SQL recomputing each query (tables loaded, cached)",
           "DuckDB, Spark SQL"),
     Bench("tpch_sf1", ("--scale", "0.01", "--steps", "2", "--queries", "q01,q06", *SMOKE_CONF),

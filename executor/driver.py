@@ -54,7 +54,7 @@ from executor.operators.reduce import (driver as reduce_driver, product as reduc
                                        totals)
 from executor.runtime import limits
 from executor.runtime.config import (HOST_LOOKUP_ROWS_KEY, HOST_MIRROR_ROWS_KEY, HOST_STEP_ROWS_KEY,
-                                     host_lookup_rows, host_mirror_rows)
+                                     host_lookup_rows, host_mirror_rows, host_step_rows)
 from executor.time import DIFF, INFINITY, ITERATION, TIME
 from executor.walk import Walk
 from gpu_kernels import consolidate, namespace
@@ -241,8 +241,10 @@ def step(runner, updates: dict, upto: Optional[int]) -> Optional[Done]:
             source = source if table is None else table
         if isinstance(source, pa.Table) and source.num_rows > limit:
             return None
+        # a Spark frame comes through the JVM driver's heap and its bound on results: at
+        # most step_rows as set, else the cluster's default even in local mode
         rows = source if isinstance(source, pa.Table) else \
-            _local(read_source(runner.spark, name, source, schema), limit)
+            _local(read_source(runner.spark, name, source, schema), host_step_rows(runner.conf))
         if rows is None:
             return None
         sources[name] = checked(runner.spark, name, rows, schema, runner.frontier, upto)

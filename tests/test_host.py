@@ -149,7 +149,8 @@ def test_the_step_limit_follows_the_machine(spark, conf, monkeypatch):
     """In local mode a step may hold as many rows as a mirror (Spark's executors share the
     driver's machine); with a cluster's executors 5,000,000 unless set. A step whose inputs,
     driver.WORKING_SET times over, exceed the memory the machine has available runs on
-    Spark, which spills, with the same answer; explain states the limit."""
+    Spark, which spills, with the same answer; explain states the limit. A Spark frame is
+    fetched to the driver only within the cluster's bound (it comes through the JVM's heap)."""
     from executor import driver
     from executor.runtime import config, limits
 
@@ -172,6 +173,13 @@ def test_the_step_limit_follows_the_machine(spark, conf, monkeypatch):
     assert runner.step({"g": more}, upto=2).placement == "driver"
     assert sorted(map(tuple, runner.output("c").collect())) == [(1, 2, 0, 1), (2, 1, 0, 1),
                                                                 (2, 1, 1, -1), (2, 2, 1, 1)]
+    # a Spark frame comes through the JVM's heap: the cluster's bound holds in local mode
+    monkeypatch.setattr(config, "DEFAULT_HOST_STEP_ROWS", 2)
+    frame = spark.createDataFrame([(7, 8, 2, 1), (7, 9, 2, 1), (8, 9, 2, 1)],
+                                  "src BIGINT, dst BIGINT, time BIGINT, diff BIGINT")
+    assert runner.step({"g": frame}, upto=3).placement == "spark"
+    assert runner.step({"g": frame.limit(2).withColumn("time", F.lit(3).cast("bigint"))},
+                       upto=4).placement == "driver"
 
 
 TYPED = ("k BIGINT, s STRING, d DATE, p DECIMAL(10,2), ts TIMESTAMP, x DOUBLE, "

@@ -21,8 +21,6 @@ def sort_by(xp, keys):
     decimals, a time) usually sorts in two passes, not nine, and node ids with values and
     times in one.
     """
-    if not keys:
-        raise ValueError("sort_by needs at least one key")
     return _permutation(xp, _words(xp, keys))
 
 
@@ -60,6 +58,8 @@ def _words(xp, keys) -> list:
     multiply to less than 2**63 packed into one int64 of offsets from each key's least value
     (mixed radix), `span` its bound; a lone key with a wide range, or one that cannot pack
     (floating, uint64), stays itself (span None)."""
+    if not keys:
+        raise ValueError("sorting needs at least one key")
     keys = [_sortable(xp, k) for k in keys]
     if keys[0].shape[0] == 0:  # nothing to pack
         return [(k, None) for k in keys]
@@ -70,10 +70,10 @@ def _words(xp, keys) -> list:
         if len(run) == 1 and total > 2**32:
             words.append((run[0][0], None))
         elif run:
-            packed = xp.zeros(run[0][0].shape[0], dtype=xp.int64)
+            packed = None
             for key, lo, span in run:
                 offset = xp.astype(key, xp.int64) - xp.asarray(lo, dtype=xp.int64)
-                packed = offset if len(run) == 1 else \
+                packed = offset if packed is None else \
                     packed * xp.asarray(span, dtype=xp.int64) + offset
             words.append((packed, total))
         run.clear()
@@ -116,8 +116,6 @@ def consolidate(xp, keys, diff):
     `keys` lists the record columns then the time coordinates. Sums are exact; one that does
     not fit in int64 raises DiffOverflow.
     """
-    if not keys:
-        raise ValueError("consolidate needs at least one key")
     words = _words(xp, keys)  # rows are equal exactly where their words are
     perm = _permutation(xp, words)
     starts = group_starts(xp, [xp.take(w, perm) for w, _ in words])

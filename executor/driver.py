@@ -278,8 +278,12 @@ def _fits_memory(tables) -> bool:
     """Whether a step's inputs, WORKING_SET times over, fit the memory the machine has
     available: a bigger step runs on Spark, which spills to disk where the driver could
     only fail."""
-    need = WORKING_SET * sum(t.nbytes for t in tables if isinstance(t, pa.Table))
-    return need <= limits.available_memory()
+    tables = [t for t in tables if isinstance(t, pa.Table)]
+    available = limits.available_memory()
+    # the buffers' total bounds the bytes from above and costs nothing; the exact count
+    # walks every chunk (ms on a table of many small chunks), asked only when the bound fails
+    return WORKING_SET * sum(t.get_total_buffer_size() for t in tables) <= available or \
+        WORKING_SET * sum(t.nbytes for t in tables) <= available
 
 
 def _held(runner) -> Optional[dict]:
@@ -360,8 +364,16 @@ def arrow_ready(table, schema: StructType, frontier: int,
     if n and (t.min() < frontier or t.max() >= upto or d.min() == np.iinfo(np.int64).min
               or float(np.abs(d).sum(dtype=np.float64)) >= 2.0 ** 62):
         return None
-    return pa.Table.from_arrays(columns, schema=to_arrow_schema(updates_schema(
+    table = pa.Table.from_arrays(columns, schema=to_arrow_schema(updates_schema(
         list(schema.fields))))
+    # every kernel reads a column as one array: a column of many small chunks (a refresh
+    # put together from slices) would be concatenated at each reading, so it is once here;
+    # big chunks (a file's row groups) stay, as a copy of a whole load would cost its size
+    small = any(c.num_chunks > 1 and n < c.num_chunks * _SMALL_CHUNK for c in table.columns)
+    return table.combine_chunks() if small else table
+
+
+_SMALL_CHUNK = 1 << 16  # rows
 
 
 # The most bytes Spark's size estimate may give a frame the driver fetches to count its rows:

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from py4j.protocol import Py4JJavaError
-from pyspark.sql.types import StructType
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from conftest import examples
 from executor.arrange.spine import local_rows
@@ -144,8 +144,25 @@ def test_a_folder_of_csv_files_and_no_header(tmp_path):
     (folder / "1.csv").write_text("5,x,3,1\n")
     (folder / "2.csv").write_text("6,,4,-1\n")
     (folder / "_SUCCESS").write_text("")
-    schema = StructType.fromDDL("k BIGINT, s STRING")
+    schema = StructType([StructField("k", LongType()), StructField("s", StringType())])
     table = csv_table("t", CsvSource(str(folder), header=False), schema)
     assert table.column_names == ["k", "s", "time", "diff"]
     assert table.to_pylist() == [{"k": 5, "s": "x", "time": 3, "diff": 1},
                                  {"k": 6, "s": None, "time": 4, "diff": -1}]
+
+
+def test_updates_of_many_small_chunks_are_one_chunk_and_big_chunks_stay():
+    """A refresh put together from slices reaches the kernels as one array per column (each
+    reading would otherwise concatenate its chunks); a file's big row groups are not copied."""
+    from executor.driver import _SMALL_CHUNK, arrow_ready
+
+    schema = StructType([StructField("k", LongType()), StructField("s", StringType())])
+    small = pa.Table.from_batches([pa.record_batch({"k": [i], "s": [str(i)]})
+                                   for i in range(50)])
+    ready = arrow_ready(small, schema, frontier=0, upto=1)
+    assert ready.num_rows == 50 and all(c.num_chunks == 1 for c in ready.columns)
+    assert ready.column("k").to_pylist() == list(range(50))
+    big = pa.concat_tables([pa.table({"k": list(range(_SMALL_CHUNK)),
+                                      "s": ["x"] * _SMALL_CHUNK})] * 2)
+    ready = arrow_ready(big, schema, 0, 1)
+    assert ready.column("k").num_chunks == ready.column("s").num_chunks == 2

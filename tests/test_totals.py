@@ -301,3 +301,93 @@ def test_a_spark_step_of_one_time_emits_consolidated_changes_unconsolidated_by_t
             assert got[name] == [u for u in expected[name] if u[1] < upto], (name, upto)
     first_a = [u for u in expected["sum_x"] if u[1] == 1 and u[0][0] == "a"]
     assert first_a == []  # the cancelling step changed nothing for "a"
+
+
+W = "k STRING, m DECIMAL(32,4), z DECIMAL(38,2)"
+HUGE = Decimal("4" + "0" * 35 + ".00")  # DECIMAL(38, 2) holds below 10**36: 3 * HUGE does not
+wide_record = st.tuples(st.sampled_from(["a", "b"]),
+                        maybe(st.sampled_from([Decimal("12345678901234567890123456.7891"),
+                                               Decimal("-0.0001"), Decimal("3.5000")])),
+                        maybe(st.sampled_from([Decimal("-99999999999999999.99"),
+                                               Decimal("0.01")])))
+
+
+def wide_flow() -> Dataflow:
+    flow = Dataflow()
+    s = flow.input("s", W)
+    flow.output("agg", s.aggregate(by=["k"], n="count(*)", sm="sum(m)", sz="sum(z)"))
+    flow.output("total_m", s.sum("m"))
+    return flow
+
+
+@settings(max_examples=examples(2, 4), deadline=None, suppress_health_check=list(HealthCheck))
+@given(stream=st.lists(st.tuples(wide_record, st.integers(0, HORIZON - 1),
+                                 st.sampled_from([-3, -1, 1, 1, 2])), max_size=12),
+       cuts=cuts)
+def test_wide_decimal_sums_as_totals_match_reference_and_spark(spark, conf, stream, cuts):
+    """Sums over DECIMAL(32, 4) and DECIMAL(38, 2) (a product of prices, a wide amount) keep
+    running totals on the Spark placement too (spark_totals: any precision of scale <= 6).
+    The driver takes the steps whose unscaled values fit int64, and hands the rest to Spark."""
+    three_ways(spark, conf, wide_flow(), W, stream, cuts)
+
+
+def test_a_wide_decimal_total_past_its_range_is_regrouped_never_dropped(spark, conf,
+                                                                         monkeypatch):
+    """On the Spark placement, totals over DECIMAL(38, 2) answer steps that touch keys of
+    ordinary values without reading their groups. A term x*m past DECIMAL(38, 2) is NULL
+    (try_multiply), never a rounded or dropped value: its key, and only it, is re-evaluated
+    from its group, whose sum Spark refuses as its batch Sum does; the step changes
+    nothing, and the next step goes on from the state before it."""
+    from executor import StepError
+    from executor.operators.reduce import spark as grid
+    from executor.reference import reference
+
+    flow = Dataflow()
+    flow.output("sum_z", flow.input("s", W).sum("z", by=["k"]))
+    regrouped = []
+    real = grid._regrouped
+    monkeypatch.setattr(grid, "_regrouped", lambda node, view, ready, *a: regrouped.append(
+        sorted(r[0] for r in ready.select("k").distinct().collect())) or
+        real(node, view, ready, *a))
+    runner = Runner(flow, conf=conf | {"diffspark.host.step_rows": "0"}, spark=spark)
+    regrouped.clear()  # building the plan's empty outputs
+
+    def u(t, d, k, z):
+        return ((k, None, Decimal(z)), t, d)
+
+    load = [u(0, 1, "a", HUGE), u(0, 1, "b", "1.25"), u(0, 2, "b", "-0.50")]
+    runner.step({"s": updates_table(W, load)}, upto=1)
+    assert regrouped == []
+    try:
+        runner.step({"s": updates_table(W, [u(1, 3, "a", HUGE), u(1, 1, "b", "2.00")])}, upto=2)
+    except StepError as e:
+        assert "NUMERIC_VALUE_OUT_OF_RANGE" in str(e) or "overflow" in str(e).lower(), e
+    else:
+        raise AssertionError("a DECIMAL(38, 2) total past 10**36 was accepted")
+    assert regrouped == [["a"]], regrouped
+    regrouped.clear()
+    later = [u(1, -1, "a", HUGE), u(1, 1, "b", "2.00")]
+    runner.step({"s": updates_table(W, later)}, upto=2)
+    assert regrouped == [["a"]]  # its group is empty now: a zero weight decides nothing
+    want = reference(spark, flow.outputs, {"s": load + later})["sum_z"]
+    assert outputs_rows(runner, ["sum_z"])["sum_z"] == want
+
+
+def test_a_total_lost_in_a_merge_of_totals_stays_lost(spark):
+    """The Spark placement's spine of totals merges batches by try_sum: two totals of a key
+    whose sum leaves DECIMAL(38, 2) merge to NULL and a lost count of 1, which later merges
+    keep, while the value total they give means nothing (try_sum skips the NULL); other keys
+    merge exactly."""
+    from executor.operators.reduce.spark_totals import _merged
+
+    terms = [("w", "weight", None), ("v", "value", "z"), ("lost", "lost", None)]
+    ddl = "k STRING, w BIGINT, v DECIMAL(38,2), lost BIGINT"
+    merge = _merged(["k"], terms)
+    batch = spark.createDataFrame([("a", 1, HUGE, 0), ("b", 1, Decimal("1.50"), 0)], ddl)
+    once, _ = merge(batch.unionByName(batch).unionByName(batch), 1)
+    again, _ = merge(once.unionByName(spark.createDataFrame(
+        [("a", -2, -HUGE - HUGE, 0), ("b", 1, Decimal("0.25"), 0)], ddl)), 1)
+    rows = {r.k: (r.w, r.v, r.lost) for r in once.collect()}
+    assert rows == {"a": (3, None, 1), "b": (3, Decimal("4.50"), 0)}
+    rows = {r.k: (r.w, r.v, r.lost) for r in again.collect()}
+    assert rows["b"] == (4, Decimal("4.75"), 0) and rows["a"][::2] == (1, 1), rows

@@ -19,8 +19,12 @@ A zero weight does not prove a group empty (+1 and -1 of different records cance
 zero non-null weight a sum NULL: those keys, and any whose total left a value's range, are
 re-evaluated from their groups by the grid path (spark.py `_regrouped`), and only those. One
 job computes the running totals and counts those keys; with none, no group is read at all.
-Value totals are DECIMAL(38, s) (s the column's scale, 0 for integers): x*m then fits for
-integers and DECIMAL(p <= 19, s <= 6), which is where this path applies.
+Value totals are DECIMAL(38, s) (s the column's scale, 0 for integers; s <= 6, as Spark's
+product DECIMAL(38, s) * BIGINT keeps a scale up to 6 and would round a finer one). x*m and
+the sums are taken by try_multiply and try_sum, which give NULL, never a rounded or wrapped
+value, past DECIMAL(38, s): a key with such a total counts it in its `lost` total, which
+only grows and is summed like the others, and is re-evaluated from its group at every step
+that touches it. So a wide DECIMAL (a product of prices, DECIMAL(32, 4)) keeps totals too.
 """
 from __future__ import annotations
 
@@ -62,8 +66,9 @@ def carried(trace, red: ir.Reduction, upper: int) -> None:
 
 def layout(node: ir.Reduce, kinds: dict) -> Optional[list[tuple]]:
     """The totals the reduction keeps, as (column name, what, input column): what is
-    "weight" (column None: every record) or "value"; None where this path does not apply
-    (min, max, top_k, a DOUBLE sum, a DECIMAL too wide for x*m to stay exact)."""
+    "weight" (column None: every record), "value", or "lost" (column None: the updates
+    whose value totals left DECIMAL(38, s)); None where this path does not apply (min,
+    max, top_k, a DOUBLE sum, a DECIMAL of scale above 6)."""
     red = node.reduction
     if red.kind not in ("count", "sum", "aggregate"):
         return None
@@ -75,6 +80,8 @@ def layout(node: ir.Reduce, kinds: dict) -> Optional[list[tuple]]:
             return None
         wanted = [("weight", column)] + ([("value", column)] if kind == "sum" else [])
         specs += [w for w in wanted if w not in specs]
+    if any(what == "value" for what, _ in specs):
+        specs.append(("lost", None))
     return [(f"__t{i}", what, column) for i, (what, column) in enumerate(specs)]
 
 
@@ -82,19 +89,52 @@ def value_type(t) -> Optional[DecimalType]:
     """The type of a value total over a column of type t, where x*m is exact in it."""
     if isinstance(t, INTEGRAL):
         return DecimalType(38, 0)
-    if isinstance(t, DecimalType) and t.precision <= 19 and t.scale <= 6:
+    if isinstance(t, DecimalType) and t.scale <= 6:
         return DecimalType(38, t.scale)
     return None
 
 
 def term(what: str, column, kinds: dict):
-    """A term of one update (weight m, or x*m), zero where its column is null."""
+    """A term of one update (weight m, or x*m), zero where its column is null; x*m is NULL
+    where it leaves DECIMAL(38, s)."""
     m = F.col(DIFF)
     if what == "weight":
         return m if column is None else \
             F.when(F.col(q(column)).isNotNull(), m).otherwise(F.lit(0).cast("bigint"))
     t = value_type(kinds[column])
-    return F.coalesce(F.col(q(column)).cast(t) * m, F.lit(0).cast(t))
+    x = F.col(q(column))
+    return F.when(x.isNull(), F.lit(0).cast(t)).otherwise(F.try_multiply(x.cast(t), m))
+
+
+def _terms(terms: list[tuple], kinds: dict) -> list:
+    """Each total's term of one update, named; `lost` is 1 where a value term is NULL."""
+    each = {n: term(w, c, kinds) for n, w, c in terms if w != "lost"}
+    return [(any_null([each[v] for v, x, _ in terms if x == "value"]) if w == "lost"
+             else each[n]).alias(n) for n, w, _ in terms]
+
+
+def any_null(columns: list):
+    """1 where any of `columns` is NULL, else 0 (BIGINT)."""
+    return F.when(fold(lambda a, b: a | b, [c.isNull() for c in columns]), 1) \
+        .otherwise(0).cast("bigint")
+
+
+def _sums(terms: list[tuple], suffix: str = "", of=F.col, over=None) -> list:
+    """Aggregates summing each total's column `of(name)`, as name + suffix: value totals by
+    try_sum (NULL past DECIMAL(38, s)); `over`: a window."""
+    sums = [(F.try_sum if w == "value" else F.sum)(of(n)) for n, w, _ in terms]
+    return [(x if over is None else x.over(over)).alias(n + suffix)
+            for x, (n, _, _) in zip(sums, terms)]
+
+
+def _counted(df: DataFrame, terms: list[tuple], suffix: str = "") -> DataFrame:
+    """`df` with its lost total (column lost + suffix) raised by 1 where a value total came
+    out NULL: a sum past DECIMAL(38, s)."""
+    values = [F.col(n + suffix) for n, w, _ in terms if w == "value"]
+    if not values:
+        return df
+    lost = next(n for n, w, _ in terms if w == "lost") + suffix
+    return df.withColumn(lost, F.col(lost) + any_null(values))
 
 
 def delta(node: ir.Reduce, view, ready: DataFrame, frontier: int, kept: Optional[Totals],
@@ -138,26 +178,23 @@ def changes(node: ir.Reduce, ready: DataFrame, frontier: int, held: list[DataFra
     keys = list(node.by)
     kq = list(map(q, keys))
     kinds = {f.name: f.dataType for f in ready.schema.fields}
-    names = [n for n, _, _ in terms]
-    if single:
-        rows = ready.select(*kq, *[term(w, c, kinds).alias(n) for n, w, c in terms],
-                            F.lit(False).alias(SEEN))
-    else:
-        rows = ready.groupBy(*kq, TIME).agg(*[F.sum(term(w, c, kinds)).alias(n)
-                                              for n, w, c in terms]).withColumn(SEEN, F.lit(False))
+    rows = ready.select(*kq, TIME, *_terms(terms, kinds))
+    if not single:
+        rows = _counted(rows.groupBy(*kq, TIME).agg(*_sums(terms)), terms)
+    rows = rows.withColumn(SEEN, F.lit(False))
     if held:
-        base = (of_keys(fold(DataFrame.unionByName, held), ready, kq, same).groupBy(*kq)
-                .agg(*[F.sum(n).alias(n) for n in names])
+        base = (_counted(of_keys(fold(DataFrame.unionByName, held), ready, kq, same)
+                         .groupBy(*kq).agg(*_sums(terms)), terms)
                 .withColumn(TIME, F.lit(frontier - 1).cast("bigint"))
                 .withColumn(SEEN, F.lit(True)))
         rows = rows.unionByName(base.select(*rows.columns))
-    running = _per_key(rows, kq, names, bool(held)) if single else \
-        _over_times(rows, kq, names)
+    running = _per_key(rows, kq, terms, bool(held)) if single else \
+        _over_times(rows, kq, terms)
     emitted = _changed if single else _emitted
     if node.reduction.kind == "count":  # always decided: the rows are computed lazily
         running = checkpoint(running, eager=False, storage=STEP)
         return (emitted(node, running, keys, terms, frontier, schema),
-                _added(running, kq, names, single))
+                _added(running, kq, terms, single))
     doubt = _unsure(node, terms, kinds, "now")
     if single:  # the result retracted is decided by the totals before
         doubt = doubt | (F.col(SEEN) & _unsure(node, terms, kinds, "before"))
@@ -165,7 +202,7 @@ def changes(node: ir.Reduce, ready: DataFrame, frontier: int, held: list[DataFra
     running = checkpoint(running.withColumn("__unsure", doubt), eager=False, storage=STEP)
     unsure = running.where("__unsure").count()
     out = emitted(node, running, keys, terms, frontier, schema)
-    added = _added(running, kq, names, single)
+    added = _added(running, kq, terms, single)
     if not unsure:
         return out, added
     bad = running.where("__unsure").select(*kq).distinct()
@@ -175,74 +212,77 @@ def changes(node: ir.Reduce, ready: DataFrame, frontier: int, held: list[DataFra
     return decided.unionByName(consolidate(again, [TIME]) if single else again), added
 
 
-def _added(running: DataFrame, kq: list[str], names: list[str], single: bool) -> DataFrame:
+def _added(running: DataFrame, kq: list[str], terms: list[tuple], single: bool) -> DataFrame:
     """The rows the step adds to the totals (read from the checkpointed `running`, so that
     the spine never recomputes them): its terms per touched key (and time)."""
     step = running if single else running.where(~F.col(SEEN))
-    return step.select(*kq, *[F.col(f"{n}_step").alias(n) for n in names])
+    return step.select(*kq, *[F.col(f"{n}_step").alias(n) for n, _, _ in terms])
 
 
-def _per_key(rows: DataFrame, kq: list[str], names: list[str], held: bool) -> DataFrame:
+def _per_key(rows: DataFrame, kq: list[str], terms: list[tuple], held: bool) -> DataFrame:
     """One row per touched key: its totals before the step (`_before`), the step's terms
     (`_step`) and the totals after (`_now`), and whether it was seen before (never, without
     `held` totals: one sum per term)."""
     # a global reduction's aggregate has a row even over no rows: it is dropped
     some = [] if kq else [F.count(F.lit(1)).alias("__rows")]
     if not held:
-        per_key = rows.groupBy(*kq).agg(*some, *[F.sum(n).alias(f"{n}_step") for n in names])
+        per_key = _counted(rows.groupBy(*kq).agg(*some, *_sums(terms, "_step")), terms, "_step")
         per_key = per_key.select("*", F.lit(False).alias(SEEN), *[
-            c for n in names for c in (F.col(f"{n}_step").alias(f"{n}_now"),
-                                       (F.col(f"{n}_step") * 0).alias(f"{n}_before"))])
+            c for n, _, _ in terms for c in (F.col(f"{n}_step").alias(f"{n}_now"),
+                                             (F.col(f"{n}_step") * 0).alias(f"{n}_before"))])
     else:
-        sums = []
-        for n in names:
-            sums += [F.sum(F.when(~F.col(SEEN), F.col(n))).alias(f"{n}_step"),
-                     F.sum(n).alias(f"{n}_now")]
-        per_key = rows.groupBy(*kq).agg(*some, F.max(SEEN).alias(SEEN), *sums)
-        per_key = per_key.select("*", *[(F.col(f"{n}_now") - F.col(f"{n}_step"))
-                                        .alias(f"{n}_before") for n in names])
+        fresh = _sums(terms, "_step", lambda n: F.when(~F.col(SEEN), F.col(n)))
+        per_key = rows.groupBy(*kq).agg(*some, F.max(SEEN).alias(SEEN), *fresh,
+                                        *_sums(terms, "_now"))
+        per_key = _counted(_counted(per_key, terms, "_step"), terms, "_now")
+        per_key = per_key.select("*", *[F.try_subtract(F.col(f"{n}_now"), F.col(f"{n}_step"))
+                                        .alias(f"{n}_before") for n, _, _ in terms])
     return per_key if kq else per_key.where(F.col("__rows") > 0).drop("__rows")
 
 
-def _over_times(rows: DataFrame, kq: list[str], names: list[str]) -> DataFrame:
+def _over_times(rows: DataFrame, kq: list[str], terms: list[tuple]) -> DataFrame:
     """Per touched key and time: the running totals (`_now`), the key's next time, and the
     row's own terms (`_step`: the step's, or on the baseline row (SEEN) the totals before)."""
     w = Window.partitionBy(*kq).orderBy(TIME)
     run = w.rowsBetween(Window.unboundedPreceding, 0)
-    return rows.select(*kq, TIME, SEEN, *[F.col(n).alias(f"{n}_step") for n in names],
-                       *[F.sum(n).over(run).alias(f"{n}_now") for n in names],
-                       F.lead(TIME).over(w).alias(NEXT))
+    return _counted(rows.select(*kq, TIME, SEEN,
+                                *[F.col(n).alias(f"{n}_step") for n, _, _ in terms],
+                                *_sums(terms, "_now", over=run),
+                                F.lead(TIME).over(w).alias(NEXT)), terms, "_now")
 
 
 def _rebuilt(view, frontier: int, kq: list[str], terms: list[tuple], kinds: dict) -> Totals:
     """The totals of every key from the trace's batches before `frontier` (once, after a
     step that did not keep them: the first, a driver step, a resume)."""
-    spine = Spine(_merged(kq, [n for n, _, _ in terms]), slack=4)
+    spine = Spine(_merged(kq, terms), slack=4)
     if not view.old:
         return Totals(spine, frontier)
     rows = fold(DataFrame.union, view.old).where(F.col(TIME) < frontier)
-    grouped = rows.groupBy(*kq).agg(*[F.sum(term(w, c, kinds)).alias(n) for n, w, c in terms])
+    grouped = _counted(rows.select(*kq, *_terms(terms, kinds)).groupBy(*kq).agg(*_sums(terms)),
+                       terms)
     return Totals(spine.appended(checkpoint(grouped, eager=False), 1), frontier)
 
 
-def _merged(kq: list[str], names: list[str]):
+def _merged(kq: list[str], terms: list[tuple]):
     """The spine's merge: two batches' totals summed per key (rows whose totals are all zero
     stay: they mark a key seen, whose emptiness only its group can tell)."""
     def merge(df: DataFrame, size: int):
-        return materialise(df.groupBy(*kq).agg(*[F.sum(n).alias(n) for n in names])), size
+        return materialise(_counted(df.groupBy(*kq).agg(*_sums(terms)), terms)), size
     return merge
 
 
 def _unsure(node: ir.Reduce, terms: list[tuple], kinds: dict, when: str):
     """Whether a row's totals (`_now` or `_before`) cannot decide the group: a zero weight
-    of the group (an aggregate's) or of a sum's non-null records, a value total lost (NULL)
-    or beyond a BIGINT sum's range. A count is always decided: its group exists while its
-    weight is not zero."""
+    of the group (an aggregate's) or of a sum's non-null records, a value total lost (NULL,
+    now or ever: `lost`) or beyond a BIGINT sum's range. A count is always decided: its
+    group exists while its weight is not zero."""
     red = node.reduction
     if red.kind == "count":
         return F.lit(False)
     at = _totals(terms, when)
-    checks = [at[("weight", None)] == 0] if red.kind == "aggregate" else []
+    checks = [at[("lost", None)] > 0] if ("lost", None) in at else []
+    if red.kind == "aggregate":
+        checks.append(at[("weight", None)] == 0)
     for _, kind, column in red.value_parts():
         if kind != "sum":
             continue

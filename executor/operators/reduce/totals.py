@@ -28,6 +28,7 @@ merging their updates cannot overflow.
 """
 from __future__ import annotations
 
+import pyarrow.compute as pc
 from pyspark.errors import ArithmeticException
 from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType
@@ -266,17 +267,21 @@ def _summed_on_spark(step, node: ir.Reduce, old: Mirror, keys: list[str], layout
     if old.upper is not None:
         frame = frame.where(F.col(TIME) < old.upper)
     cap = F.lit(BOUND).cast(DecimalType(38, 0))
+    values = {c: spark_totals.term("value", c, kinds) for what, c in layout if what != "weight"}
     sums = [spark_totals.term(what, c, kinds).cast(DecimalType(38, 0)) if what == "weight"
-            else spark_totals.term(what, c, kinds) if what != "spread" else
-            F.least(F.abs(spark_totals.term("value", c, kinds)), cap)
+            else values[c] if what != "spread" else F.least(F.abs(values[c]), cap)
             for what, c in layout]
     # every total is summed as a DECIMAL(38) (a BIGINT sum wraps with ANSI mode off); a
-    # global reduction's aggregate has a row even over no rows: dropped. Terms are never
-    # NULL, so a NULL sum is an overflow with ANSI mode off
-    grouped = frame.groupBy(*map(q, keys)).agg(F.count(F.lit(1)).alias("__rows"), *[
+    # global reduction's aggregate has a row even over no rows: dropped. A term is NULL
+    # where x*m left DECIMAL(38) (counted: a sum skips it), a sum where it overflowed with
+    # ANSI mode off
+    lost = [F.max(spark_totals.any_null(list(values.values()))).alias("__lost")] if values else []
+    grouped = frame.groupBy(*map(q, keys)).agg(F.count(F.lit(1)).alias("__rows"), *lost, *[
         F.sum(x).alias(f"__t{i}") for i, x in enumerate(sums)]).where(F.col("__rows") > 0)
     try:
         table = grouped.toArrow()
+        if values and pc.max(table.column("__lost")).as_py():
+            raise NoCode("a term x*m beyond DECIMAL(38)")
         codes = [xp.asarray(encoder.encode(table.column(k), old.schema[k].dataType))
                  for k in keys]
         totals = [table.column(f"__t{i}").combine_chunks() for i in range(len(layout))]

@@ -109,8 +109,8 @@ def term(what: str, column, kinds: dict):
 def _terms(terms: list[tuple], kinds: dict) -> list:
     """Each total's term of one update, named; `lost` is 1 where a value term is NULL."""
     each = {n: term(w, c, kinds) for n, w, c in terms if w != "lost"}
-    return [(any_null([each[v] for v, x, _ in terms if x == "value"]) if w == "lost"
-             else each[n]).alias(n) for n, w, _ in terms]
+    values = [each[n] for n, w, _ in terms if w == "value"]
+    return [(any_null(values) if w == "lost" else each[n]).alias(n) for n, w, _ in terms]
 
 
 def any_null(columns: list):
@@ -125,6 +125,12 @@ def _sums(terms: list[tuple], suffix: str = "", of=F.col, over=None) -> list:
     sums = [(F.try_sum if w == "value" else F.sum)(of(n)) for n, w, _ in terms]
     return [(x if over is None else x.over(over)).alias(n + suffix)
             for x, (n, _, _) in zip(sums, terms)]
+
+
+def _summed(grouped, terms: list[tuple]) -> DataFrame:
+    """Each total summed per group of `grouped` (GroupedData), its lost total counting a
+    value sum that came out NULL."""
+    return _counted(grouped.agg(*_sums(terms)), terms)
 
 
 def _counted(df: DataFrame, terms: list[tuple], suffix: str = "") -> DataFrame:
@@ -180,11 +186,11 @@ def changes(node: ir.Reduce, ready: DataFrame, frontier: int, held: list[DataFra
     kinds = {f.name: f.dataType for f in ready.schema.fields}
     rows = ready.select(*kq, TIME, *_terms(terms, kinds))
     if not single:
-        rows = _counted(rows.groupBy(*kq, TIME).agg(*_sums(terms)), terms)
+        rows = _summed(rows.groupBy(*kq, TIME), terms)
     rows = rows.withColumn(SEEN, F.lit(False))
     if held:
-        base = (_counted(of_keys(fold(DataFrame.unionByName, held), ready, kq, same)
-                         .groupBy(*kq).agg(*_sums(terms)), terms)
+        base = (_summed(of_keys(fold(DataFrame.unionByName, held), ready, kq, same)
+                        .groupBy(*kq), terms)
                 .withColumn(TIME, F.lit(frontier - 1).cast("bigint"))
                 .withColumn(SEEN, F.lit(True)))
         rows = rows.unionByName(base.select(*rows.columns))
@@ -258,8 +264,7 @@ def _rebuilt(view, frontier: int, kq: list[str], terms: list[tuple], kinds: dict
     if not view.old:
         return Totals(spine, frontier)
     rows = fold(DataFrame.union, view.old).where(F.col(TIME) < frontier)
-    grouped = _counted(rows.select(*kq, *_terms(terms, kinds)).groupBy(*kq).agg(*_sums(terms)),
-                       terms)
+    grouped = _summed(rows.select(*kq, *_terms(terms, kinds)).groupBy(*kq), terms)
     return Totals(spine.appended(checkpoint(grouped, eager=False), 1), frontier)
 
 
@@ -267,7 +272,7 @@ def _merged(kq: list[str], terms: list[tuple]):
     """The spine's merge: two batches' totals summed per key (rows whose totals are all zero
     stay: they mark a key seen, whose emptiness only its group can tell)."""
     def merge(df: DataFrame, size: int):
-        return materialise(_counted(df.groupBy(*kq).agg(*_sums(terms)), terms)), size
+        return materialise(_summed(df.groupBy(*kq), terms)), size
     return merge
 
 

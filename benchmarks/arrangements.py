@@ -9,6 +9,11 @@
     of facts (k, v) joined with dims (k, g) and counted per g (n/20 groups) vs recomputing
     the same join + count with plain Spark SQL from scratch, at several sizes (goal: the
     ratio grows with size). Plotted as PNG with --png.
+(d) Arranging n updates on Spark (one batch of a trace: hash-partitioned by key, sorted,
+    consolidated, checkpointed) by the per-bucket kernel (executor/arrange/buckets.py) vs
+    Spark SQL's aggregate and sort, over integer columns and over integers with a STRING,
+    at several sizes: where the kernel starts to win is buckets.KERNEL_ROWS. Not in the
+    default --parts.
 
 Inputs are generated in Spark from hashes of row ids (seeded), cached and counted before
 timing; a warm-up runs every part once on a small input first. Every pair of variants is
@@ -27,7 +32,7 @@ from pyspark.sql import functions as F  # noqa: E402
 from benchmarks import common  # noqa: E402
 
 EDGES = "src BIGINT, dst BIGINT"
-PART_A, PART_B, PART_C = "sharing", "attach", "incremental"
+PART_A, PART_B, PART_C, PART_D = "sharing", "attach", "incremental", "method"
 
 
 def parse_args(argv):
@@ -37,7 +42,9 @@ def parse_args(argv):
     p.add_argument("--sizes", default="1000000,3000000,10000000",
                    help="collection sizes for (c), comma separated")
     p.add_argument("--changes", type=int, default=1000, help="updates per incremental step")
-    p.add_argument("--parts", default="a,b,c", help="which parts to run")
+    p.add_argument("--parts", default="a,b,c", help="which parts to run (a,b,c,d)")
+    p.add_argument("--arrange-sizes", default="100000,1000000,3000000,6000000",
+                   help="updates per batch for (d), comma separated")
     p.add_argument("--seed", type=int, default=7)
     return p.parse_args(argv)
 
@@ -249,6 +256,59 @@ def run_incremental(spark, conf, args, sizes) -> list[dict]:
     return rows
 
 
+# --------------------------------------------------------------------------- (d) method
+def _updates(spark, n: int, seed: int, string: bool):
+    """n updates (k, [s,] v) over n/6 keys and 7 values (some repeated: consolidation
+    matters), at time 0 with diff 1, materialised."""
+    cols = [F.pmod(_hash(seed), F.lit(max(1, n // 6))).alias("k"),
+            F.pmod(_hash(seed + 1), F.lit(7)).alias("v")]
+    if string:
+        cols.insert(1, F.concat(F.lit("name-"), F.pmod(_hash(seed + 2), F.lit(5000))
+                                .cast("string")).alias("s"))
+    df = spark.range(n).select(*cols, F.lit(0).cast("bigint").alias("time"),
+                               F.lit(1).cast("bigint").alias("diff"))
+    return cached(df)[0]
+
+
+def _checksum(df) -> tuple:
+    """(rows, a hash sum of every row with its diff): equal for equal batches."""
+    row = df.select(F.count(F.lit(1)), F.sum(F.xxhash64(*df.columns).cast("decimal(38,0)"))
+                    .cast("string")).first()
+    return tuple(row)
+
+
+def run_method(spark, conf, args, sizes) -> list[dict]:
+    from executor.arrange import buckets
+    from executor.arrange.trace import arrange
+    from executor.runtime.config import partitions
+
+    parts = partitions(conf)
+    rows = []
+    for string in (False, True):
+        for n in sizes:
+            before = common.persistent_rdd_ids(spark)
+            df = _updates(spark, n, args.seed, string)
+            records = [c for c in df.columns if c not in ("time", "diff")]
+            made = {}
+            ways = {"kernel": lambda: buckets.arrange(df, ["k"], records, ["time"], parts),
+                    "sql": lambda: arrange(df, ["k"], ["time"], parts)}  # size unknown: SQL
+            ms = {}
+            for way, run in ways.items():
+                ms[way] = common.measure(f"n={n:,} string={string} {way}", "",
+                                         lambda: made.__setitem__(way, run()), args.repeat)
+            same = _checksum(made["kernel"][0]) == _checksum(made["sql"][0])
+            if not same:
+                raise SystemExit(f"(d) n={n}: the kernel's and the aggregate's batches differ")
+            rows.append({"updates": n, "columns": ", ".join(records), "records": made["sql"][1],
+                         "kernel_s": round(ms["kernel"].best, 3),
+                         "sql_s": round(ms["sql"].best, 3),
+                         "sql_over_kernel": common.ratio(ms["sql"].best, ms["kernel"].best),
+                         "equal": same})
+            df.unpersist()
+            common.release_rdds_since(spark, before)
+    return rows
+
+
 def argparse_copy(args, **changes):
     """The parsed arguments with some values replaced (the warm-up's small sizes)."""
     import argparse
@@ -293,6 +353,8 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
             run_sharing(spark, conf, small, [1])
             run_attach(spark, conf, small)
             run_incremental(spark, conf, small, [2000])
+            if "d" in parts:
+                run_method(spark, conf, small, [2000])
         if "a" in parts:
             with common.phase("(a) k queries sharing one arrangement vs each its own"):
                 payload[PART_A] = run_sharing(spark, conf, args, ks)
@@ -302,6 +364,11 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
         if "c" in parts:
             with common.phase("(c) incremental step vs Spark SQL recompute"):
                 payload[PART_C] = run_incremental(spark, conf, args, sizes)
+        if "d" in parts:
+            with common.phase("(d) arranging by the per-bucket kernel vs the SQL aggregate"):
+                payload[PART_D] = run_method(spark, conf, args, [
+                    int(s) for s in args.arrange_sizes.split(",") if s])
+                payload["kernel_rows"] = buckets_rows()
     finally:
         if own_session:
             spark.stop()
@@ -312,6 +379,12 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
     payload["json"] = str(path)
     print(report(payload))
     return payload
+
+
+def buckets_rows() -> int:
+    from executor.arrange import buckets
+
+    return buckets.KERNEL_ROWS
 
 
 def report(payload: dict) -> str:
@@ -340,6 +413,14 @@ def report(payload: dict) -> str:
             ["records", "build s", "incremental s", "recompute s", "recompute/incremental"],
             [[r["records"], r["build_s"], r["incremental_s"], r["recompute_s"],
               f"{r['ratio']}x"] for r in payload[PART_C]]))
+    if PART_D in payload:
+        out.append("(d) arranging one batch on Spark: the per-bucket kernel vs the SQL "
+                   f"aggregate (the kernel is chosen from {payload['kernel_rows']:,} updates)")
+        out.append(common.markdown_table(
+            ["updates", "columns", "records", "kernel s", "SQL s", "SQL/kernel", "equal"],
+            [[r["updates"], r["columns"], r["records"], r["kernel_s"], r["sql_s"],
+              f"{r['sql_over_kernel']}x", "yes" if r["equal"] else "no"]
+             for r in payload[PART_D]]))
     return "\n\n".join(out)
 
 

@@ -84,6 +84,8 @@ def _arrangements(p: dict) -> list:
                      a["attached_s"], a["scratch_s"], ""))
     rows += [(f"1 step of updates, {r['records']:,} records joined and counted",
               r["incremental_s"], r["recompute_s"], "") for r in p.get("incremental", [])]
+    rows += [(f"arranging {r['updates']:,} updates ({r['columns']}) by the per-bucket kernel",
+              r["kernel_s"], r["sql_s"], "") for r in p.get("method", [])]
     return rows
 
 
@@ -156,6 +158,9 @@ BENCHMARKS = (
     Bench("arrangements_attach_5m", ("--parts", "b", "--rows", "3000", *SMOKE_CONF),
           ("--parts", "b", "--rows", "5000000"),
           "the same query built from scratch", "none", _arrangements, script="arrangements"),
+    Bench("arrangements_method", ("--parts", "d", "--arrange-sizes", "3000", *SMOKE_CONF),
+          ("--parts", "d", "--repeat", "3"), "Spark SQL's aggregate and sort of the same batch",
+          "none", _arrangements, script="arrangements"),
     Bench("triangles", ("--sizes", "3000", "--batches", "0", "--plans-rows", "0", *SMOKE_CONF),
           ("--sizes", "1000000,5000000", "--batches", "0", "--plans-rows", "0",
            "--spark-timeout", "150"),

@@ -38,7 +38,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from executor.arrange import driver as arrange
+from executor.arrange import buckets, driver as arrange
 from executor.arrange.changes import Changes, Coded, Unsupported, updates_schema
 from executor.arrange.encoding import fits
 from executor.arrange.spine import as_table, local_rows
@@ -85,7 +85,7 @@ def describe(runner, last: Optional[str]) -> str:
         rule = f"spark: every step ({HOST_STEP_ROWS_KEY}=0)"
     else:
         rule = "spark: every step (an operator of the plan has no driver form)"
-    return rule + "\nlast step: " + (last or "none yet")
+    return rule + "\n" + buckets.rule() + "\nlast step: " + (last or "none yet")
 
 
 def _every_node(roots) -> list[ir.Node]:

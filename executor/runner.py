@@ -38,7 +38,7 @@ from executor.runtime.config import (OUTPUT_HISTORY_KEY, host_step_rows, kernel_
                                      output_history, partitions)
 from executor.runtime.errors import InputError, StepError
 from executor.runtime.session import spark_session
-from executor.spark import SparkStep
+from executor.spark import SparkStep, expected_rows
 from executor.subscriptions import Subscription, Subscriptions
 from executor.time import DIFF, INFINITY, TIME
 from executor.walk import operator_name
@@ -231,7 +231,7 @@ class Runner:
                                        driver.DriverStep.placement)
                 result.operators = done.seconds
                 return result
-        sources, digests = dict(self._empty), {}
+        sources, digests, rows = dict(self._empty), {}, 0
         for name, src in updates.items():
             schema = self.input_schemas[name]
             # an Arrow table of the input's types that breaks no rule is checked on the driver
@@ -241,16 +241,18 @@ class Runner:
                 if replay is None and self._store is None else None
             if ready is not None:
                 sources[name] = self.spark.createDataFrame(ready)
+                rows += ready.num_rows
                 continue
             sources[name] = normalise(name, read_source(self.spark, name, src, schema), schema,
                                       lower, upto, digests if self._store else None)
+            rows += expected_rows(sources[name]) or 0
         if replay is not None:  # a committed step repeated by a resumed driver
             self._store.skip(replay, digests, lambda n: arrow_digest(sources[n].toArrow()))
             changes = {n: self.output(n).where((F.col(TIME) >= lower) & (
                 F.col(TIME) < (INFINITY if upto is None else upto))) for n in self.plan}
             return StepResult(replay["step"], lower, INFINITY if upto is None else upto,
                               clock.perf_counter() - started, changes, skipped=True)
-        step = self._new_step(sources, upto, given=set(updates))
+        step = self._new_step(sources, upto, given=set(updates), rows=rows)
         try:
             changes, pending, logs = self._run(step)
             limits.check_outputs(self.conf, changes, self.steps + 1)

@@ -35,6 +35,17 @@ from plans import ir
 from plans.errors import PlanError
 
 
+def expected_rows(df: DataFrame) -> Optional[int]:
+    """Spark's estimate of a frame's rows without a job: the plan's row count where it knows
+    it, else its bytes over 8 a column (fewer rows than a compressed file holds); None where
+    it knows neither (a checkpoint's size is unknown)."""
+    stats = df._jdf.queryExecution().optimizedPlan().stats()
+    if stats.rowCount().isDefined():
+        return int(str(stats.rowCount().get()))
+    size = int(str(stats.sizeInBytes()))
+    return None if size >= 2**62 else size // (8 * max(1, len(df.columns)))
+
+
 class SparkStep(Walk):
     """One step (or one round of an iterate scope) on Spark."""
 
@@ -42,9 +53,10 @@ class SparkStep(Walk):
 
     def __init__(self, runner, sources: dict, upto: Optional[int], *, state=None,
                  lower: Optional[int] = None, time_cols: Optional[list] = None, scope=None,
-                 resolving: bool = False, given=()):
+                 resolving: bool = False, given=(), rows: Optional[int] = None):
         super().__init__(runner, upto, state, lower)
         self.sources = sources  # input name -> its updates this step (a frame)
+        self.rows = rows  # the updates the step's inputs are expected to hold (None: unknown)
         self.time_cols = list(time_cols or [TIME])
         self.scope = scope
         self.resolving = resolving

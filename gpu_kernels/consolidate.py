@@ -116,6 +116,14 @@ def consolidate(xp, keys, diff):
     `keys` lists the record columns then the time coordinates. Sums are exact; one that does
     not fit in int64 raises DiffOverflow.
     """
+    rows, sums = consolidation(xp, keys, diff)
+    return [xp.take(k, rows) for k in keys], sums
+
+
+def consolidation(xp, keys, diff):
+    """(rows, sums): the input row that stands for each distinct key tuple with a non-zero
+    summed diff, in key order, and that sum. Callers whose columns are not all keys (an
+    Arrow batch of any types, ordered by int64 words) gather every column at `rows`."""
     words = _words(xp, keys)  # rows are equal exactly where their words are
     perm = _permutation(xp, words)
     starts = group_starts(xp, [xp.take(w, perm) for w, _ in words])
@@ -123,4 +131,4 @@ def consolidate(xp, keys, diff):
     keep = xp.nonzero(sums != 0)[0]
     # each column gathered once, at its groups' first rows (all rows: the permutation)
     rows = perm if keep.shape[0] == perm.shape[0] else xp.take(perm, xp.take(starts, keep))
-    return [xp.take(k, rows) for k in keys], xp.take(sums, keep)
+    return rows, xp.take(sums, keep)

@@ -49,6 +49,7 @@ MODELS: dict[str, Model] = {
     "sort_by": Model(2 * SORT, 2, what="stable radix sort, one pass per packed word of keys"),
     "group_starts": Model(2, 2, what="neighbour compare per key, compaction"),
     "consolidate": Model(2 * SORT + 6, 12, what="sort, gather, group, segment sums, drop zeros"),
+    "consolidation": Model(2 * SORT + 5, 12, what="as consolidate, the rows kept, not the keys"),
     "build_csr": Model(2, 2, what="group starts of sorted sources, offsets"),
     "row_ranges": Model(1, 4, search="q", what="binary search of each key among CSR keys"),
     "neighbours": Model(2, 4, search="q", what="ranges, then one write per neighbour"),

@@ -58,6 +58,7 @@ def test_arrangements_benchmark_smoke(spark, tmp_path):
     out = tmp_path / "arrangements.json"
     arrangements.main(["--rows", "3000", "--sharing-rows", "3000", "--ks", "1,2",
                        "--sizes", "3000", "--changes", "100", "--conf", "diffspark.partitions=2",
+                       "--parts", "a,b,c,d", "--arrange-sizes", "3000",
                        "--out", str(out), "--png"], spark=spark)
     saved = json.loads(out.read_text())
     assert [r["k"] for r in saved["sharing"]] == [1, 2]
@@ -69,6 +70,9 @@ def test_arrangements_benchmark_smoke(spark, tmp_path):
     assert [r["records"] for r in saved["incremental"]] == [3000]
     assert saved["incremental"][0]["arranged_records"] > 0
     assert (tmp_path / "arrangements.png").stat().st_size > 0
+    # (d): both ways arrange the same batch, over integers and with a STRING
+    assert [(r["updates"], r["columns"], r["equal"]) for r in saved["method"]] == \
+        [(3000, "k, v", True), (3000, "k, s, v", True)]
 
 
 @pytest.mark.slow

@@ -172,6 +172,37 @@ def rank(values: pa.Array, descending: bool, nulls_first: bool) -> np.ndarray:
     return -out if descending else out
 
 
+def order_words(arr: pa.Array) -> list[np.ndarray]:
+    """int64 words of one batch's Arrow column, in Spark's ascending order with nulls first
+    and equal exactly where Spark groups the values together, with no dictionary to keep
+    (a bucket's sort on the executors, executor/arrange/buckets.py): integers, booleans,
+    dates, timestamps and DECIMALs within int64 as their values, floats as `float_codes`,
+    strings, binaries and wider DECIMALs as dense ranks (Arrow compares strings bytewise,
+    as Spark's default collation does). A column with nulls gets a first word, 0 for null."""
+    kind = arr.type
+    if pa.types.is_integer(kind) or pa.types.is_boolean(kind) or \
+            pa.types.is_date32(kind) or pa.types.is_timestamp(kind):
+        values = _integers(arr)
+    elif pa.types.is_floating(kind):
+        values = float_codes(arr.cast(pa.float64()).fill_null(0.0).to_numpy(zero_copy_only=False))
+    elif pa.types.is_decimal(kind):
+        try:
+            values = unscaled(arr)
+        except NoCode:  # beyond int64 (or int64's least value): ranked
+            values = rank(arr, descending=False, nulls_first=True)
+    elif pa.types.is_string(kind) or pa.types.is_binary(kind):
+        encoded = arr.dictionary_encode()  # each distinct value ranked once
+        ranks = rank(encoded.dictionary, descending=False, nulls_first=True)
+        index = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
+        values = ranks[index] if len(ranks) else np.zeros(len(arr), dtype=np.int64)
+    else:
+        values = rank(arr, descending=False, nulls_first=True)
+    if not arr.null_count:
+        return [values]
+    valid = np.asarray(arr.is_valid()).astype(np.int64)
+    return [valid, np.where(valid == 1, values, 0)]
+
+
 def _dict_kind(kind: DataType) -> str:
     return "binary" if isinstance(kind, BinaryType) else "string"
 

@@ -31,7 +31,8 @@ def arrange(runner, node: ir.Arrange, delta: DataFrame, step) -> DataFrame:
         step.views[node] = View(keys, trace.batches, [])
         step.commits[node] = trace.appended(None, 0, step.upper, step.since)
         return delta
-    batch, size = arranged_batch(delta, keys, step.time_cols, runner.partitions)
+    batch, size = arranged_batch(delta, keys, step.time_cols, runner.partitions,
+                                 rows=step.rows)
     step.views[node] = View(keys, trace.batches, [batch] if size else [])
     step.commits[node] = trace.appended(batch, size, step.upper, step.since)
     return batch

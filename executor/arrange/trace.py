@@ -18,6 +18,7 @@ from typing import Optional
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession, functions as F
 
+from executor.arrange import buckets
 from executor.arrange.mirror import Mirror
 from executor.arrange.spine import Spine, materialise_counted
 from executor.operators.linear.spark import q, record_columns
@@ -25,13 +26,16 @@ from executor.time import DIFF
 
 
 def arrange(df: DataFrame, keys: list[str], time_cols: list[str], partitions: int,
-            since: Optional[int] = None) -> tuple[DataFrame, int]:
+            since: Optional[int] = None, rows: Optional[int] = None) -> tuple[DataFrame, int]:
     """The arranged (and, given `since`, compacted) form of an update stream, materialised,
-    and its record count."""
+    and its record count; `rows`, how many updates it is expected to hold (None: not known),
+    picks the kernel or the SQL aggregate (buckets.method)."""
     records = record_columns(df, time_cols)
     values = [c for c in records if c not in keys]
     if since is not None:
         df = df.withColumn(time_cols[0], F.greatest(F.col(q(time_cols[0])), F.lit(since)))
+    if buckets.method(df.schema, records + time_cols, rows) == buckets.KERNEL:
+        return buckets.arrange(df, keys, records, time_cols, partitions)
     parted = df.repartition(partitions, *map(q, keys)) if keys else df.repartition(1)
     consolidated = (parted.groupBy(*map(q, records + time_cols)).agg(F.sum(DIFF).alias(DIFF))
                     .where(F.col(DIFF) != 0))
@@ -89,7 +93,7 @@ class Trace:
             if size:
                 frame = SparkSession.active().createDataFrame(self.mirror.table())
                 batch, size = arrange(frame, self.keys, self.time_cols, self.partitions,
-                                      self.since)
+                                      self.since, rows=size)
             # in place: the same collection, now also readable by Spark
             self.spine = kept.appended(batch, size) if size else kept
             self.stale, self.unsynced = False, ()
@@ -97,7 +101,8 @@ class Trace:
 
     def _spine(self, since: int) -> Spine:
         keys, times, parts = self.keys, self.time_cols, self.partitions
-        spine = Spine(lambda df, _: arrange(df, keys, times, parts, since), slack=self.spine.slack)
+        spine = Spine(lambda df, rows: arrange(df, keys, times, parts, since, rows),
+                      slack=self.spine.slack)
         spine.batches = list(self.spine.batches)
         return spine
 

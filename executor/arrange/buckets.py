@@ -33,7 +33,7 @@ from executor.time import DIFF
 
 KERNEL, SQL = "kernel", "sql"
 # Updates from which the kernel arranges faster than the aggregate (benchmarks/arrangements.py
-# part d, 2 cores: 0.92-1.02x of the aggregate's time at 3M, 1.2x faster at 6M): each of the
+# part d, 2 cores: about even at 3M, 1.07-1.33x faster at 6M): each of the
 # P Python tasks costs a fixed time, and the rows cross to Arrow and back
 KERNEL_ROWS = 4_000_000
 _ORDERED = (ByteType, ShortType, IntegerType, LongType, BooleanType, DateType, TimestampType,

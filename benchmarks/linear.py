@@ -46,8 +46,9 @@ Every row of the table is one Spark action per repeat that forces the full resul
   consolidate_sql     executor.arrange.consolidate.consolidate (groupBy(record, time).sum(diff),
                       drop zeros: partial aggregation, shuffle, final aggregation).
   consolidate_kernel  executor.arrange.consolidate.consolidate_by_kernel: repartition(P, record,
-                      time), then gpu_kernels.consolidate (sort, segment sums) per partition
-                      in one mapInArrow over the whole partition.
+                      time), then the arrangement's bucket kernel (executor/arrange/buckets.py:
+                      sort, segment sums) per partition in one mapInArrow over the whole
+                      partition.
 
 Both consolidations run on a second input: N update triples of the same shape, diff +1 or -1
 with equal odds, whose (record, time) is drawn from about N/10 distinct values (~10 updates
@@ -223,8 +224,7 @@ def variants(backend: str, partitions: int) -> dict:
         "kernel_unfused": one_by_one(kern, False),
         "kernel_unfused_mat": one_by_one(kern, True),
         "consolidate_sql": lambda df: consolidate(df, TIME_COLS),
-        "consolidate_kernel": lambda df: consolidate_by_kernel(df, TIME_COLS, partitions,
-                                                               backend),
+        "consolidate_kernel": lambda df: consolidate_by_kernel(df, TIME_COLS, partitions),
     }
 
 

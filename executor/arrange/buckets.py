@@ -68,17 +68,22 @@ def arrange(df: DataFrame, keys: list[str], records: list[str], time_cols: list[
     """The arranged form of `df` (records then times, then the diff) and its record count,
     materialised in one job: hash-partitioned by `keys` into `partitions` buckets (one when
     there are no keys), each sorted by (keys, values, times) and consolidated."""
-    values = [c for c in records if c not in keys]
-    order = keys + values + time_cols
-    floats = [c for c in records if isinstance(df.schema[c].dataType, (DoubleType, FloatType))]
+    order = keys + [c for c in records if c not in keys] + time_cols
     columns = df.select(*map(q, records + time_cols), DIFF)
     parted = columns.repartition(partitions, *map(q, keys)) if keys else columns.repartition(1)
+    rows, size = materialise_counted(sorted_buckets(parted, order), STORAGE)
+    return _declared(rows, keys, order, partitions), size
+
+
+def sorted_buckets(parted: DataFrame, order: list[str]) -> DataFrame:
+    """Each partition of `parted` (update columns) sorted by `order` and consolidated, in one
+    mapInArrow; `order` names every column but the diff."""
+    floats = [c for c in order if isinstance(parted.schema[c].dataType, (DoubleType, FloatType))]
 
     def bucket(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return arranged_bucket(batches, order, floats)
 
-    rows, size = materialise_counted(parted.mapInArrow(bucket, columns.schema), STORAGE)
-    return _declared(rows, keys, order, partitions), size
+    return parted.mapInArrow(bucket, parted.schema)
 
 
 def arranged_bucket(batches: Iterator[pa.RecordBatch], order: list[str],

@@ -206,3 +206,27 @@ def test_spine_merges_by_kernel_keep_the_collection(spark, kernel_always):
 
     held = [((r.k, r.v), r.time, r.diff) for b in trace.batches for r in b.collect()]
     assert trace.since > 0 and collection(held) == collection(appended)
+
+
+@pytest.mark.parametrize("backend", ["strict"])
+def test_bucket_kernel_is_the_same_on_another_array_backend(backend):
+    """The bucket kernel runs on the runner's array backend in the executors (cupy with
+    --conf gpu); over the array API standard alone it gives numpy's batch."""
+    import array_api_strict
+    import pyarrow as pa
+
+    from executor.time import DIFF
+
+    table = pa.table({"k": [3, 1, 3, None, 1], "s": ["b", "a", "b", "z", None],
+                      "x": [0.0, -0.0, 0.0, float("nan"), 1.5], "time": [0, 1, 0, 2, 1],
+                      DIFF: [1, 2, 1, -1, 1]})
+    order = ["k", "s", "x", "time"]
+    numpy = pa.Table.from_batches(list(buckets.arranged_bucket(iter(table.to_batches()), order,
+                                                               ["x"], "numpy")))
+    with array_api_strict.ArrayAPIStrictFlags(api_version="2023.12"):
+        other = pa.Table.from_batches(list(buckets.arranged_bucket(
+            iter(table.to_batches()), order, ["x"], backend)))
+    assert repr(other.to_pylist()) == repr(numpy.to_pylist())  # NaN equal to NaN
+    assert numpy.column("k").to_pylist() == [None, 1, 1, 3] and \
+        numpy.column(DIFF).to_pylist() == [-1, 1, 2, 2]
+    assert repr(numpy.column("x").to_pylist()[2]) == "0.0"  # -0.0 grouped as 0.0

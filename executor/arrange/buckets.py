@@ -64,30 +64,31 @@ def _ordered(kind: DataType) -> bool:
 
 
 def arrange(df: DataFrame, keys: list[str], records: list[str], time_cols: list[str],
-            partitions: int) -> tuple[DataFrame, int]:
+            partitions: int, backend: str = "numpy") -> tuple[DataFrame, int]:
     """The arranged form of `df` (records then times, then the diff) and its record count,
     materialised in one job: hash-partitioned by `keys` into `partitions` buckets (one when
-    there are no keys), each sorted by (keys, values, times) and consolidated."""
+    there are no keys), each sorted by (keys, values, times) and consolidated by the kernels
+    on `backend` (numpy, cupy or auto, in the executors' Python workers)."""
     order = keys + [c for c in records if c not in keys] + time_cols
     columns = df.select(*map(q, records + time_cols), DIFF)
     parted = columns.repartition(partitions, *map(q, keys)) if keys else columns.repartition(1)
-    rows, size = materialise_counted(sorted_buckets(parted, order), STORAGE)
+    rows, size = materialise_counted(sorted_buckets(parted, order, backend), STORAGE)
     return _declared(rows, keys, order, partitions), size
 
 
-def sorted_buckets(parted: DataFrame, order: list[str]) -> DataFrame:
+def sorted_buckets(parted: DataFrame, order: list[str], backend: str = "numpy") -> DataFrame:
     """Each partition of `parted` (update columns) sorted by `order` and consolidated, in one
     mapInArrow; `order` names every column but the diff."""
     floats = [c for c in order if isinstance(parted.schema[c].dataType, (DoubleType, FloatType))]
 
     def bucket(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return arranged_bucket(batches, order, floats)
+        return arranged_bucket(batches, order, floats, backend)
 
     return parted.mapInArrow(bucket, parted.schema)
 
 
-def arranged_bucket(batches: Iterator[pa.RecordBatch], order: list[str],
-                    floats: list[str]) -> Iterator[pa.RecordBatch]:
+def arranged_bucket(batches: Iterator[pa.RecordBatch], order: list[str], floats: list[str],
+                    backend: str = "numpy") -> Iterator[pa.RecordBatch]:
     """One bucket's updates sorted by `order` and consolidated (runs in the executors).
     Floating columns come out as Spark's grouping leaves them: -0.0 as 0.0."""
     from executor.arrange.encoding import order_words
@@ -99,7 +100,7 @@ def arranged_bucket(batches: Iterator[pa.RecordBatch], order: list[str],
     table = pa.Table.from_batches(batches).combine_chunks()
     if not table.num_rows:
         return
-    xp = namespace("numpy")
+    xp = namespace(backend)
     words = [xp.asarray(w) for c in order for w in order_words(_array(table.column(c)))]
     rows, sums = consolidation(xp, words, xp.asarray(_array(table.column(DIFF)).to_numpy()))
     out = table.take(pa.array(to_numpy(xp, rows)))

@@ -68,7 +68,8 @@ def arrange(step, node: ir.Arrange) -> Changes:
     batch = step.changes(node.input)
     keys = list(node.keys) if node.keys is not None else batch.names
     inner = [ITERATION] if batch.inner else []
-    trace = step.state.get(node) or Trace(keys, [TIME, *inner], runner.partitions)
+    trace = step.state.get(node) or Trace(keys, [TIME, *inner], runner.partitions,
+                                                     backend=runner.backend)
     since = trace.next_since(step.since)
     if node in runner._counted:  # the count appends its due updates (reduce/totals.py)
         batch = step.consolidated(batch)

@@ -19,7 +19,8 @@ def arrange(runner, node: ir.Arrange, delta: DataFrame, step) -> DataFrame:
     missing = [k for k in keys if k not in delta.columns]
     if missing:
         raise PlanError(f"{node.label()}: no column {missing} to arrange by")
-    trace = step.state.get(node) or Trace(keys, step.time_cols, runner.partitions)
+    trace = step.state.get(node) or Trace(keys, step.time_cols, runner.partitions,
+                                                 backend=runner.backend)
     if step.resolving:
         step.views[node] = View(keys, [], [])
         return delta
@@ -32,7 +33,7 @@ def arrange(runner, node: ir.Arrange, delta: DataFrame, step) -> DataFrame:
         step.commits[node] = trace.appended(None, 0, step.upper, step.since)
         return delta
     batch, size = arranged_batch(delta, keys, step.time_cols, runner.partitions,
-                                 rows=step.rows)
+                                 rows=step.rows, backend=runner.backend)
     step.views[node] = View(keys, trace.batches, [batch] if size else [])
     step.commits[node] = trace.appended(batch, size, step.upper, step.since)
     return batch

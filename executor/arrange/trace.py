@@ -26,16 +26,17 @@ from executor.time import DIFF
 
 
 def arrange(df: DataFrame, keys: list[str], time_cols: list[str], partitions: int,
-            since: Optional[int] = None, rows: Optional[int] = None) -> tuple[DataFrame, int]:
+            since: Optional[int] = None, rows: Optional[int] = None,
+            backend: str = "numpy") -> tuple[DataFrame, int]:
     """The arranged (and, given `since`, compacted) form of an update stream, materialised,
     and its record count; `rows`, how many updates it is expected to hold (None: not known),
-    picks the kernel or the SQL aggregate (buckets.method)."""
+    picks the kernel (on `backend`) or the SQL aggregate (buckets.method)."""
     records = record_columns(df, time_cols)
     values = [c for c in records if c not in keys]
     if since is not None:
         df = df.withColumn(time_cols[0], F.greatest(F.col(q(time_cols[0])), F.lit(since)))
     if buckets.method(df.schema, records + time_cols, rows) == buckets.KERNEL:
-        return buckets.arrange(df, keys, records, time_cols, partitions)
+        return buckets.arrange(df, keys, records, time_cols, partitions, backend)
     parted = df.repartition(partitions, *map(q, keys)) if keys else df.repartition(1)
     consolidated = (parted.groupBy(*map(q, records + time_cols)).agg(F.sum(DIFF).alias(DIFF))
                     .where(F.col(DIFF) != 0))
@@ -74,6 +75,7 @@ class Trace:
     # Reduction -> its totals on the Spark placement (reduce/spark_totals.py)
     spark_totals: dict = field(default_factory=dict)
     mirrorable: bool = True  # False once it held what a mirror cannot (a null): for good
+    backend: str = "numpy"  # the array backend of its kernels on the executors (Runner.backend)
 
     def __post_init__(self):
         if self.spine is None:
@@ -93,15 +95,15 @@ class Trace:
             if size:
                 frame = SparkSession.active().createDataFrame(self.mirror.table())
                 batch, size = arrange(frame, self.keys, self.time_cols, self.partitions,
-                                      self.since, rows=size)
+                                      self.since, size, self.backend)
             # in place: the same collection, now also readable by Spark
             self.spine = kept.appended(batch, size) if size else kept
             self.stale, self.unsynced = False, ()
         return self
 
     def _spine(self, since: int) -> Spine:
-        keys, times, parts = self.keys, self.time_cols, self.partitions
-        spine = Spine(lambda df, rows: arrange(df, keys, times, parts, since, rows),
+        keys, times, parts, backend = self.keys, self.time_cols, self.partitions, self.backend
+        spine = Spine(lambda df, rows: arrange(df, keys, times, parts, since, rows, backend),
                       slack=self.spine.slack)
         spine.batches = list(self.spine.batches)
         return spine
@@ -121,7 +123,8 @@ class Trace:
         return Trace(self.keys, self.time_cols, self.partitions,
                      spine.appended(batch, size) if size else spine,
                      max(self.since, since), upper, self.holds, mirrorable=self.mirrorable,
-                     spark_totals={} if size else dict(self.spark_totals))
+                     spark_totals={} if size else dict(self.spark_totals),
+                     backend=self.backend)
 
     def driver_appended(self, mirror: Mirror, upper: int, since: int,
                         delta: Optional[tuple] = None) -> "Trace":
@@ -140,7 +143,7 @@ class Trace:
             unsynced = ((mirror.size, mirror.table),) if mirror.size else ()
         return Trace(self.keys, self.time_cols, self.partitions, spine, since, upper,
                      self.holds, mirror, stale=stale, unsynced=unsynced,
-                     totals=dict(self.totals))
+                     totals=dict(self.totals), backend=self.backend)
 
     def stats(self) -> dict:
         """Batches, records and bytes where the trace is stored now: the mirror's runs

@@ -195,6 +195,7 @@ class Store:
         self.lock = Lock(self.dir)
         self._finalizer = weakref.finalize(self, self.lock.release)
         self.spark, self.partitions = runner.spark, runner.partitions
+        self.backend = runner.backend
         self.keys = _Keys()
         self.plan = plan_fingerprint(runner)
         self.frames: dict[int, tuple[object, str]] = {}  # id(DataFrame) -> (frame, file id)
@@ -292,7 +293,8 @@ class Store:
         spine = Spine(slack=4)  # batches: [file id, records, buckets] (no buckets: plain)
         spine.batches = [(b[1], arranged(b[0], b[2] if len(b) > 2 else 0))
                          for b in record["batches"]]
-        return Trace(keys, times, self.partitions, spine, record["since"], record["upper"])
+        return Trace(keys, times, self.partitions, spine, record["since"], record["upper"],
+                     backend=self.backend)
 
     # -------------------------------------------------------------- replay
     def replay(self, upto: Optional[int], frontier: int) -> Optional[dict]:

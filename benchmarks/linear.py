@@ -224,7 +224,8 @@ def variants(backend: str, partitions: int) -> dict:
         "kernel_unfused": one_by_one(kern, False),
         "kernel_unfused_mat": one_by_one(kern, True),
         "consolidate_sql": lambda df: consolidate(df, TIME_COLS),
-        "consolidate_kernel": lambda df: consolidate_by_kernel(df, TIME_COLS, partitions),
+        "consolidate_kernel": lambda df: consolidate_by_kernel(df, TIME_COLS, partitions,
+                                                               backend),
     }
 
 

@@ -17,11 +17,13 @@ def consolidate(df: DataFrame, time_cols: list[str]) -> DataFrame:
               .where(F.col(DIFF) != 0))
 
 
-def consolidate_by_kernel(df: DataFrame, time_cols: list[str], partitions: int) -> DataFrame:
+def consolidate_by_kernel(df: DataFrame, time_cols: list[str], partitions: int,
+                          backend: str) -> DataFrame:
     """Hash-partition by the whole record and time, then sort-consolidate each partition with
-    the arrangement's bucket kernel (executor/arrange/buckets.py), any atomic column type."""
+    the arrangement's bucket kernel (executor/arrange/buckets.py) on `backend`, any atomic
+    column type."""
     from executor.arrange.buckets import sorted_buckets
 
     keys = record_columns(df, time_cols) + list(time_cols)
     columns = df.select(*map(q, keys), DIFF)
-    return sorted_buckets(columns.repartition(partitions, *map(q, keys)), keys)
+    return sorted_buckets(columns.repartition(partitions, *map(q, keys)), keys, backend)

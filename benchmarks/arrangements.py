@@ -365,10 +365,12 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
             with common.phase("(c) incremental step vs Spark SQL recompute"):
                 payload[PART_C] = run_incremental(spark, conf, args, sizes)
         if "d" in parts:
+            from executor.arrange import buckets
+
             with common.phase("(d) arranging by the per-bucket kernel vs the SQL aggregate"):
                 payload[PART_D] = run_method(spark, conf, args, [
                     int(s) for s in args.arrange_sizes.split(",") if s])
-                payload["kernel_rows"] = buckets_rows()
+                payload["kernel_rows"] = buckets.KERNEL_ROWS
     finally:
         if own_session:
             spark.stop()
@@ -379,12 +381,6 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
     payload["json"] = str(path)
     print(report(payload))
     return payload
-
-
-def buckets_rows() -> int:
-    from executor.arrange import buckets
-
-    return buckets.KERNEL_ROWS
 
 
 def report(payload: dict) -> str:

@@ -71,9 +71,15 @@ def arrange(df: DataFrame, keys: list[str], records: list[str], time_cols: list[
     on `backend` (numpy, cupy or auto, in the executors' Python workers)."""
     order = keys + [c for c in records if c not in keys] + time_cols
     columns = df.select(*map(q, records + time_cols), DIFF)
-    parted = columns.repartition(partitions, *map(q, keys)) if keys else columns.repartition(1)
-    rows, size = materialise_counted(sorted_buckets(parted, order, backend), STORAGE)
+    rows, size = materialise_counted(
+        sorted_buckets(bucketed(columns, keys, partitions), order, backend), STORAGE)
     return _declared(rows, keys, order, partitions), size
+
+
+def bucketed(df: DataFrame, keys: list[str], partitions: int) -> DataFrame:
+    """`df` moved to its key buckets: hash-partitioned by `keys` into `partitions` (one
+    partition without keys), the layout of every arranged batch."""
+    return df.repartition(partitions, *map(q, keys)) if keys else df.repartition(1)
 
 
 def sorted_buckets(parted: DataFrame, order: list[str], backend: str = "numpy") -> DataFrame:
@@ -128,8 +134,7 @@ def _declared(rows: DataFrame, keys: list[str], order: list[str],
     rdd = rows._jdf.queryExecution().analyzed().rdd()
     if rdd.getNumPartitions() != (partitions if keys else 1):
         return rows  # no Exchange ran (Spark saw no rows to arrange): nothing to declare
-    parted = rows.repartition(partitions, *map(q, keys)) if keys else rows.repartition(1)
-    shape = parted.sortWithinPartitions(*map(q, order))  # planned, never run
+    shape = bucketed(rows, keys, partitions).sortWithinPartitions(*map(q, order))  # never run
     session = rows.sparkSession
     jvm = session._jvm
     companion = getattr(getattr(jvm.org.apache.spark.sql.execution, "LogicalRDD$"), "MODULE$")

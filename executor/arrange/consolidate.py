@@ -22,8 +22,8 @@ def consolidate_by_kernel(df: DataFrame, time_cols: list[str], partitions: int,
     """Hash-partition by the whole record and time, then sort-consolidate each partition with
     the arrangement's bucket kernel (executor/arrange/buckets.py) on `backend`, any atomic
     column type."""
-    from executor.arrange.buckets import sorted_buckets
+    from executor.arrange.buckets import bucketed, sorted_buckets
 
     keys = record_columns(df, time_cols) + list(time_cols)
     columns = df.select(*map(q, keys), DIFF)
-    return sorted_buckets(columns.repartition(partitions, *map(q, keys)), keys, backend)
+    return sorted_buckets(bucketed(columns, keys, partitions), keys, backend)

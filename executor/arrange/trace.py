@@ -37,9 +37,8 @@ def arrange(df: DataFrame, keys: list[str], time_cols: list[str], partitions: in
         df = df.withColumn(time_cols[0], F.greatest(F.col(q(time_cols[0])), F.lit(since)))
     if buckets.method(df.schema, records + time_cols, rows) == buckets.KERNEL:
         return buckets.arrange(df, keys, records, time_cols, partitions, backend)
-    parted = df.repartition(partitions, *map(q, keys)) if keys else df.repartition(1)
-    consolidated = (parted.groupBy(*map(q, records + time_cols)).agg(F.sum(DIFF).alias(DIFF))
-                    .where(F.col(DIFF) != 0))
+    consolidated = (buckets.bucketed(df, keys, partitions).groupBy(*map(q, records + time_cols))
+                    .agg(F.sum(DIFF).alias(DIFF)).where(F.col(DIFF) != 0))
     return materialise_counted(consolidated.sortWithinPartitions(*map(q, keys + values + time_cols)))
 
 

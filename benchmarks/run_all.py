@@ -129,6 +129,11 @@ def _triangles_incremental(p: dict) -> list:
                     f"({triangles.duckdb_form(inc)})" if None not in duck else "")]
 
 
+def _triangles_spark(p: dict) -> list:
+    return [(f"first step on the Spark placement, per bucket ({r['edges']:,} edges)",
+             r["kernel_s"], r["sql_s"], "") for r in p.get("spark_first", [])]
+
+
 def _ratio(s: float, base: Optional[float], stopped: bool) -> str:
     if not base or not s:
         return ""
@@ -174,6 +179,12 @@ BENCHMARKS = (
       for name, rows, batches, plans, quick_plans in (
           ("triangles_incremental", "1000000", "100", "20000", "2000"),
           ("triangles_incremental_5m", "5000000", "10", "0", "0"))],
+    Bench("triangles_spark", ("--sizes", "", "--batches", "0", "--plans-rows", "0",
+                              "--spark-first", "3000", *SMOKE_CONF),
+          ("--sizes", "", "--batches", "0", "--plans-rows", "0",
+           "--spark-first", "100000,1000000"),
+          "the query's extensions as Spark SQL joins", "none", _triangles_spark,
+          script="triangles"),
     Bench("step_jobs", ("--rows", "500", "--batches", "2", "--batch-size", "20", *SMOKE_CONF),
           ("--rows", "5000", "--batches", "4"), "the same steps on Spark", "none"),
     Bench("expressions", ("--sizes", "1000", "--repeat", "3", *SMOKE_CONF),

@@ -59,6 +59,9 @@ def parse_args(argv):
                    help="stop the Spark SQL and DuckDB join plans after this many s")
     p.add_argument("--plans-rows", type=int, default=100_000,
                    help="edges for the delta-query vs naive plan comparison (0: skip)")
+    p.add_argument("--spark-first", default="",
+                   help="R-MAT edge counts whose first step runs on the Spark placement, the "
+                        "query's extensions per bucket and as Spark SQL joins")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--skip", default="", help="comma-separated rows to skip")
     p.add_argument("--incremental-conf", action="append", default=[], metavar="KEY=VALUE",
@@ -249,6 +252,46 @@ def run_incremental(args) -> dict:
             "peers_memory": peers["memory"], "state": ours["state"], "batches": rows,
             "median": {k: round(med(k), 3) for k in keys},
             "p90": {k: round(p90(k), 3) for k in keys}}
+
+
+def run_spark_first(args, sizes: list[int]) -> list[dict]:
+    """The triangle count's first step with every step on the Spark placement
+    (diffspark.host.step_rows=0, and no rule's seeds fetched to the driver's arrays:
+    diffspark.query.local_rows=1), its query's extensions by the kernel per bucket and as
+    Spark SQL joins (the rule at executor/operators/query/buckets.py set either way), each in
+    a process of its own; counts checked against the kernel's."""
+    rows = []
+    for edges in sizes:
+        src, dst = rmat_edges(edges, args.seed)
+        want = kernel_count(src, dst)
+        row = {"edges": edges, "triangles": want}
+        for method in ("kernel", "sql"):
+            got = common.isolated(_spark_first, args.profile, args.conf, src, dst, method)
+            row[f"{method}_s"], row[f"{method}_correct"] = got["seconds"], got["count"] == want
+            print(f"  {edges:,} edges, {method}: {got['seconds']:.1f} s", flush=True)
+        rows.append(row)
+    return rows
+
+
+def _spark_first(profile, overrides, src, dst, method: str) -> dict:
+    import pyarrow as pa
+
+    from executor.apps import triangles
+    from executor.operators.query import buckets
+    from executor.runner import Runner
+
+    buckets.KERNEL_ROWS = 0 if method == "kernel" else 1 << 62
+    spark, conf = common.session(profile, [*overrides, "diffspark.host.step_rows=0",
+                                           "diffspark.query.local_rows=1"])
+    runner = Runner(triangles.triangle_flow(), conf=conf, spark=spark)
+    load = pa.table({"src": src, "dst": dst, "time": np.zeros(len(src), np.int64),
+                     "diff": np.ones(len(src), np.int64)})
+    start = time.perf_counter()
+    result = runner.step({triangles.NAME: load}, upto=1)
+    count = triangles.count_change(result)
+    seconds = time.perf_counter() - start
+    spark.stop()
+    return {"seconds": round(seconds, 3), "count": count}
 
 
 def _checked(first: Optional[dict], count: int) -> Optional[dict]:
@@ -479,6 +522,10 @@ def main(argv: Optional[Sequence[str]] = None, spark=None) -> dict:
         if args.batches and "incremental" not in skip:
             with common.phase("incremental"):
                 payload["incremental"] = run_incremental(args)
+        firsts = [int(x) for x in args.spark_first.split(",") if x]
+        if firsts:
+            with common.phase("first steps on the Spark placement"):
+                payload["spark_first"] = run_spark_first(args, firsts)
         if args.plans_rows and "plans" not in skip:
             with common.phase("delta-query plan vs naive plan"):
                 payload["plans"] = run_plans(spark, conf, args)
@@ -575,6 +622,16 @@ def report(payload: dict) -> str:
                    f"Python {load['peak_python_mib']}); state {inc['state']['records']:,} "
                    f"arranged records, {inc['state']['mib']} MiB; DuckDB and the recount share "
                    f"one process")
+    if payload.get("spark_first"):
+        out.append("the first step (the whole graph at one time) on the Spark placement: the "
+                   "query's extensions by one kernel per bucket of prefixes vs as Spark SQL "
+                   "joins, each in its own process; counts checked against the kernel's")
+        out.append(common.markdown_table(
+            ["edges", "per bucket s", "Spark SQL joins s", "SQL / per bucket", "triangles",
+             "correct"],
+            [[r["edges"], r["kernel_s"], r["sql_s"], f"{r['sql_s'] / r['kernel_s']:.2f}x",
+              r["triangles"], "yes" if r["kernel_correct"] and r["sql_correct"] else "NO"]
+             for r in payload["spark_first"]]))
     if payload.get("plans"):
         out.append("delta-query plan vs naive plan (seed 001), same input and batch")
         out.append(common.markdown_table(

@@ -49,7 +49,7 @@ from executor.lateness import holds_back
 from executor.operators.iterate import driver as iterate
 from executor.operators.join import driver as join
 from executor.operators.linear import driver as linear
-from executor.operators.query import driver as query
+from executor.operators.query import buckets as query_buckets, driver as query
 from executor.operators.reduce import (driver as reduce_driver, product as reduce_product, top_k,
                                        totals)
 from executor.runtime import limits
@@ -85,7 +85,8 @@ def describe(runner, last: Optional[str]) -> str:
         rule = f"spark: every step ({HOST_STEP_ROWS_KEY}=0)"
     else:
         rule = "spark: every step (an operator of the plan has no driver form)"
-    return rule + "\n" + buckets.rule() + "\nlast step: " + (last or "none yet")
+    return "\n".join([rule, buckets.rule(), query_buckets.rule(),
+                      "last step: " + (last or "none yet")])
 
 
 def _every_node(roots) -> list[ir.Node]:

@@ -24,7 +24,7 @@ from executor.lateness import holds_back
 from executor.operators.iterate import spark as iterate
 from executor.operators.join import spark as join
 from executor.operators.linear import spark as linear
-from executor.operators.query import spark as wcoj
+from executor.operators.query import buckets as query_buckets, spark as wcoj
 from executor.operators.reduce import product as reduce_product, spark as reduce_ops, spark_totals
 from executor.operators.reduce.counted import appended as count_appended
 from executor.runtime.config import local_query_rows
@@ -163,7 +163,11 @@ def _query(step: SparkStep, node: ir.Query) -> DataFrame:
     waiting = {r: step.held((node, r)) for r in node.relations}
     local = None if step.resolving or node in step.empty else \
         (runner.backend, local_query_rows(runner.conf))
-    out, waiting = wcoj.delta(node, step.kids(node), index, waiting, step.upto, local)
+    per_bucket = None if step.resolving or \
+        query_buckets.method(step.kids(node), step.rows) == query_buckets.SQL else \
+        (query_buckets.buckets(runner.spark), runner.backend)
+    out, waiting = wcoj.delta(node, step.kids(node), index, waiting, step.upto, local,
+                              per_bucket)
     if not step.resolving:  # materialised with the step's outputs
         for r, df in waiting.items():
             step.hold(node, (node, r), df)

@@ -108,6 +108,20 @@ def test_triangles_benchmark_smoke(spark, tmp_path):
     assert naive["records"] > delta["records"]  # the naive plan arranges its prefixes
 
 
+@pytest.mark.slow  # two Spark sessions, each in a process of its own
+def test_triangles_benchmark_first_step_on_the_spark_placement(spark, tmp_path):
+    """The first step on the Spark placement per bucket and as Spark SQL: both counts equal
+    the kernel's."""
+    from benchmarks import triangles
+
+    payload = triangles.main(["--sizes", "", "--batches", "0", "--plans-rows", "0",
+                              "--spark-first", "2000", "--conf", "diffspark.partitions=2",
+                              "--out", str(tmp_path / "t.json")], spark=spark)
+    (row,) = payload["spark_first"]
+    assert row["kernel_correct"] and row["sql_correct"] and row["triangles"] > 0
+    assert "per bucket" in triangles.report(payload)
+
+
 @pytest.mark.slow
 def test_optimizer_benchmark_smoke(spark, tmp_path):
     from benchmarks import optimizer

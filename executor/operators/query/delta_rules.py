@@ -50,13 +50,13 @@ _OPS = {"<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal",
 
 
 @dataclass
-class _Prefixes:
+class Prefixes:
     vars: dict  # variable -> array
     t: object
     d: object
 
-    def take(self, xp, rows) -> "_Prefixes":
-        return _Prefixes({v: xp.take(a, rows) for v, a in self.vars.items()},
+    def take(self, xp, rows) -> "Prefixes":
+        return Prefixes({v: xp.take(a, rows) for v, a in self.vars.items()},
                          xp.take(self.t, rows), xp.take(self.d, rows))
 
 
@@ -84,10 +84,10 @@ def run(xp, query: cq.Query, rules, seeds: dict, lookup: Lookup, chunk_rows: int
         for rule, p in states:
             if depth < len(rule.steps):
                 for e in rule.steps[depth].extenders:
-                    wants.setdefault(_request(e), []).append([p.vars[v] for _, v in e.key])
+                    wants.setdefault(request(e), []).append([p.vars[v] for _, v in e.key])
         got = lookup(wants) if wants else {}
-        states = [(rule, _extended(xp, rule.steps[depth], p, got, chunk_rows,
-                                   _live(rule, depth, query.head), unbound, threads))
+        states = [(rule, extended(xp, rule.steps[depth], p, got, chunk_rows,
+                                   live_vars(rule, depth, query.head), unbound, threads))
                   if depth < len(rule.steps) else (rule, p) for rule, p in states]
     cols = [xp.concat([p.vars[v] for _, p in states]) for v in query.head]
     t = xp.concat([p.t for _, p in states])
@@ -116,7 +116,13 @@ class _Nulls:
         return xp.logical_and(keep, column != self.code)
 
 
-def _live(rule: cq.DeltaRule, depth: int, head) -> set:
+def no_nulls() -> _Nulls:
+    """The null rule of rows that hold no null code (an executor's bucket, whose fetched
+    keys and values are never null)."""
+    return _Nulls(None, frozenset())
+
+
+def live_vars(rule: cq.DeltaRule, depth: int, head) -> set:
     """Variables still needed once step `depth` has bound its variable: the head's and those
     later steps key on or compare. The others are summed out of each chunk as it is made, so
     a query whose head drops variables (a count) never holds its full listing."""
@@ -127,7 +133,7 @@ def _live(rule: cq.DeltaRule, depth: int, head) -> set:
     return live
 
 
-def _request(e: cq.Extender) -> Request:
+def request(e: cq.Extender) -> Request:
     return Request(e.relation, tuple(k for k, _ in e.key), e.value, e.repeats, e.constants)
 
 
@@ -136,7 +142,7 @@ def _validator_request(val: cq.Validator) -> Request:
 
 
 def _seed(xp, rule: cq.DeltaRule, columns, t, d, unbound: _Nulls,
-          canonical: bool = False) -> _Prefixes:
+          canonical: bool = False) -> Prefixes:
     """The rule's prefixes from its seed relation's changes, consolidated. Changes already
     consolidated and sorted whose variables first occur in column order give them so: the
     other columns are constants or repeats, so rows stay distinct and in order."""
@@ -150,7 +156,7 @@ def _seed(xp, rule: cq.DeltaRule, columns, t, d, unbound: _Nulls,
         else:
             first[v] = k
             keep = unbound.keep(xp, keep, v, columns[k])
-    p = _Prefixes({v: columns[k] for v, k in first.items()}, t, d)
+    p = Prefixes({v: columns[k] for v, k in first.items()}, t, d)
     if not bool(xp.all(keep)):
         p = p.take(xp, xp.nonzero(keep)[0])
     p = _filtered(xp, p, rule.comparisons)
@@ -158,7 +164,7 @@ def _seed(xp, rule: cq.DeltaRule, columns, t, d, unbound: _Nulls,
     return p if canonical and in_order else _consolidated(xp, p)
 
 
-def _validated(xp, rule: cq.DeltaRule, p: _Prefixes, got: dict) -> _Prefixes:
+def _validated(xp, rule: cq.DeltaRule, p: Prefixes, got: dict) -> Prefixes:
     for val in rule.validators:
         key_cols, _, t, d = _seen(xp, got[_validator_request(val)], p.t, val.reads)
         rows, prefix = codes(xp, key_cols, [p.vars[v] for _, v in val.columns],
@@ -166,21 +172,21 @@ def _validated(xp, rule: cq.DeltaRule, p: _Prefixes, got: dict) -> _Prefixes:
         index = _index(xp, rows, xp.zeros_like(rows), t, d, p.t, val.reads)
         lo, hi = row_ranges(xp, index.csr, prefix)
         m = multiplicity(xp, index, lo, hi, xp.zeros_like(prefix), p.t, val.reads)
-        p = _Prefixes(p.vars, p.t, multiply_diffs(xp, p.d, m))
+        p = Prefixes(p.vars, p.t, multiply_diffs(xp, p.d, m))
         p = p.take(xp, xp.nonzero(p.d != 0)[0])
     return p
 
 
-def _extended(xp, step: cq.Extension, p: _Prefixes, got: dict, chunk_rows: int,
-              live: set, unbound: _Nulls, threads: int) -> _Prefixes:
-    seen = [_seen(xp, got[_request(e)], p.t, e.reads) for e in step.extenders]
-    if any(rows[2].shape[0] == 0 for rows in seen):  # an extender with no candidates
+def extended(xp, step: cq.Extension, p: Prefixes, got: dict, chunk_rows: int,
+              live: set, unbound: _Nulls, threads: int) -> Prefixes:
+    visible_rows = [_seen(xp, got[request(e)], p.t, e.reads) for e in step.extenders]
+    if any(rows[2].shape[0] == 0 for rows in visible_rows):  # an extender with no candidates
         return _none(xp, p, step.var, live)
     indices, keys, built = [], [], {}
-    for e, (key_cols, value, t, d) in zip(step.extenders, seen):
+    for e, (key_cols, value, t, d) in zip(step.extenders, visible_rows):
         rows, prefix = codes(xp, key_cols, [p.vars[v] for _, v in e.key], t.shape[0],
                               p.t.shape[0])
-        same = (_request(e), e.reads) if len(e.key) == 1 else None  # rows are the column
+        same = (request(e), e.reads) if len(e.key) == 1 else None  # rows are the column
         if same not in built or same is None:
             built[same] = _index(xp, rows, value, t, d, p.t, e.reads)
         indices.append(built[same])
@@ -188,17 +194,17 @@ def _extended(xp, step: cq.Extension, p: _Prefixes, got: dict, chunk_rows: int,
     reads = [e.reads for e in step.extenders]
     ranges = [row_ranges(xp, ix.csr, k) for ix, k in zip(indices, keys)]
 
-    def chunk(bounds) -> _Prefixes:
+    def chunk(bounds) -> Prefixes:
         lo, hi = bounds
         parent, value, d = extend_as_of(xp, None, p.t[lo:hi], p.d[lo:hi], indices, reads,
                                         [(a[lo:hi], b[lo:hi]) for a, b in ranges])
         grown = p.take(xp, parent + lo)
-        grown = _Prefixes(grown.vars | {step.var: value}, grown.t, d)
+        grown = Prefixes(grown.vars | {step.var: value}, grown.t, d)
         if unbound.code is not None and step.var in unbound.joined:
             grown = grown.take(xp, xp.nonzero(value != unbound.code)[0])
         grown = _filtered(xp, grown, step.comparisons)
         kept = {v: a for v, a in grown.vars.items() if v in live}
-        return _consolidated(xp, _Prefixes(kept, grown.t, grown.d))
+        return _consolidated(xp, Prefixes(kept, grown.t, grown.d))
 
     chunks = _chunks(xp, ranges, chunk_rows)
     if threads > 1 and len(chunks) > 1:  # numpy releases the GIL inside its array loops
@@ -208,13 +214,13 @@ def _extended(xp, step: cq.Extension, p: _Prefixes, got: dict, chunk_rows: int,
         parts = [chunk(c) for c in chunks]
     if not parts:
         return _none(xp, p, step.var, live)
-    return _Prefixes({v: xp.concat([q.vars[v] for q in parts]) for v in parts[0].vars},
+    return Prefixes({v: xp.concat([q.vars[v] for q in parts]) for v in parts[0].vars},
                      xp.concat([q.t for q in parts]), xp.concat([q.d for q in parts]))
 
 
-def _none(xp, p: _Prefixes, var: str, live: set) -> _Prefixes:
+def _none(xp, p: Prefixes, var: str, live: set) -> Prefixes:
     """No prefixes, with the columns an extension by `var` keeps."""
-    return _Prefixes({v: xp.zeros(0, dtype=xp.int64) for v in [*p.vars, var] if v in live},
+    return Prefixes({v: xp.zeros(0, dtype=xp.int64) for v in [*p.vars, var] if v in live},
                      p.t[:0], p.d[:0])
 
 
@@ -260,7 +266,7 @@ def _chunks(xp, ranges, chunk_rows: int):
     return list(zip(bounds[:-1], bounds[1:]))
 
 
-def _filtered(xp, p: _Prefixes, comparisons) -> _Prefixes:
+def _filtered(xp, p: Prefixes, comparisons) -> Prefixes:
     if not comparisons:
         return p
     keep = xp.ones(p.t.shape[0], dtype=xp.bool)
@@ -271,10 +277,10 @@ def _filtered(xp, p: _Prefixes, comparisons) -> _Prefixes:
     return p.take(xp, xp.nonzero(keep)[0])
 
 
-def _consolidated(xp, p: _Prefixes) -> _Prefixes:
+def _consolidated(xp, p: Prefixes) -> Prefixes:
     names = list(p.vars)
     keys, d = consolidate(xp, [p.vars[v] for v in names] + [p.t], p.d)
-    return _Prefixes(dict(zip(names, keys[:-1])), keys[-1], d)
+    return Prefixes(dict(zip(names, keys[:-1])), keys[-1], d)
 
 
 def codes(xp, a_cols: list, b_cols: list, na: int, nb: int):

@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, functions as F
 from executor.arrange.spine import checkpoint
 from executor.arrange.trace import View
 from executor.operators.linear.spark import q, record_columns
-from executor.operators.query import local as wcoj_local
+from executor.operators.query import buckets, delta_rules, local as wcoj_local
 from executor.time import DIFF, TIME
 from plans import ir, query as cq
 from plans.errors import PlanError
@@ -32,13 +32,15 @@ CANDIDATES = "__c"
 
 
 def delta(node: ir.Query, deltas: list[DataFrame], index: Callable[[int, tuple], View],
-          pending: dict, upto, local: Optional[tuple[str, int]] = None
-          ) -> tuple[DataFrame, dict]:
+          pending: dict, upto, local: Optional[tuple[str, int]] = None,
+          per_bucket: Optional[tuple[int, str]] = None) -> tuple[DataFrame, dict]:
     """(the query's output changes this step, the seeds left pending per relation).
 
     `deltas[i]` are input i's changes; `index(i, columns)` is the View of input i arranged
     by `columns` (built once per step and shared). With `local` = (kernel backend, most
-    seeds), a small step runs on the driver's arrays (executor/operators/query/local.py)."""
+    seeds), a small step runs on the driver's arrays (executor/operators/query/local.py);
+    with `per_bucket` = (buckets, kernel backend), a big step's extensions run per key
+    bucket on the executors (executor/operators/query/buckets.py)."""
     position = {r: i for i, r in enumerate(node.relations)}
     names = {r: record_columns(deltas[i], [TIME]) for r, i in position.items()}
     for atom in node.query.atoms:
@@ -70,7 +72,7 @@ def delta(node: ir.Query, deltas: list[DataFrame], index: Callable[[int, tuple],
             df = df.where(F.col(q(cols[k])) == F.lit(x))
         return df
 
-    ctx = _Context(names, trace, upto)
+    ctx = _Context(names, trace, upto, per_bucket)
     rules = cq.delta_rules(node.query, node.order)
     outs = [_rule(rule, ready[rule.relation], ctx, node.query.head) for rule in rules]
     return reduce(DataFrame.union, outs), waiting
@@ -81,6 +83,7 @@ class _Context:
     names: dict[str, list[str]]  # relation -> record columns
     trace: Callable  # (relation, key columns, constants) -> all its arranged updates
     upto: int | None  # the step's upto: seeds run at times below it
+    per_bucket: Optional[tuple[int, str]] = None  # (buckets, backend): extend per bucket
 
 
 def _rule(rule: cq.DeltaRule, seed: DataFrame, ctx: _Context, head) -> DataFrame:
@@ -101,10 +104,9 @@ def _rule(rule: cq.DeltaRule, seed: DataFrame, ctx: _Context, head) -> DataFrame
         p = _consolidated(_read(p, t, ctx.names[val.relation], val.columns, val.reads),
                           list(first))
     bound = list(first)
-    for step in rule.steps:
-        p = _extend(p, step, bound, ctx)
-        bound.append(step.var)
-        p = _filter(p, step.comparisons)
+    for depth, step in enumerate(rule.steps):
+        p = _extend(p, step, bound, ctx, delta_rules.live_vars(rule, depth, head))
+        bound = [c for c in p.columns if c not in (TIME, DIFF)]
     return p.select(*[q(v) for v in head], TIME, DIFF)
 
 
@@ -140,8 +142,19 @@ def _validate(p: DataFrame, e: cq.Extender, var: str, ctx: _Context) -> DataFram
     return _read(p, t, cols, on, e.reads)
 
 
-def _extend(p: DataFrame, step: cq.Extension, bound: list[str], ctx: _Context) -> DataFrame:
-    """Bind step.var: count, propose from the smallest, validate with the others."""
+def _extend(p: DataFrame, step: cq.Extension, bound: list[str], ctx: _Context,
+            live: set) -> DataFrame:
+    """Bind step.var: count, propose from the smallest, validate with the others; the
+    step's comparisons applied. The kernel per bucket keeps only the `live` variables."""
+    exts = step.extenders
+    if len(exts) > 1 and ctx.per_bucket is not None:
+        grown = buckets.extend(p, step, bound, live, ctx, *ctx.per_bucket)
+        if grown is not None:
+            return _consolidated(grown, [c for c in grown.columns if c not in (TIME, DIFF)])
+    return _filter(_extended(p, step, bound, ctx), step.comparisons)
+
+
+def _extended(p: DataFrame, step: cq.Extension, bound: list[str], ctx: _Context) -> DataFrame:
     exts = step.extenders
     if len(exts) == 1:
         return _consolidated(_propose(p, exts[0], step.var, ctx), bound + [step.var])

@@ -28,6 +28,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from executor.arrange.encoding import INTEGRAL, NULL_CODE
 from executor.arrange.spine import checkpoint
 from executor.operators.linear.spark import q
+from executor.operators.query.local import requested
 from executor.time import DIFF, TIME
 from plans import query as cq
 
@@ -73,11 +74,16 @@ def extend(p: DataFrame, step: cq.Extension, bound: list[str], live: set, ctx,
     from executor.operators.query.delta_rules import Request, request
 
     exts = step.extenders
-    values = set()
+    if not all(e.key for e in exts):
+        return None
+    requests: dict[Request, list[cq.Extender]] = {}
     for e in exts:
-        view = ctx.trace(e.relation, tuple(k for k, _ in e.key), e.constants)
-        values.add(view.schema[ctx.names[e.relation][e.value]].dataType)
-    if len(values) > 1 or not all(e.key for e in exts):
+        requests.setdefault(request(e), []).append(e)
+    index = {req: requested(ctx.trace(req.relation, req.key, ()), ctx.names[req.relation], req)
+             for req in requests}
+    values = {index[req].schema[ctx.names[req.relation][req.value]].dataType
+              for req in requests}
+    if len(values) > 1:
         return None
     # a variable that must join or compare never binds null: such prefixes find nothing
     compared = {v for c in step.comparisons for v in c.vars()} & set(bound)
@@ -96,13 +102,11 @@ def extend(p: DataFrame, step: cq.Extension, bound: list[str], live: set, ctx,
                                                        for i in range(width)],
                       null.alias(_VALUE), *[F.col(q(v)).cast("bigint").alias(v) for v in bound],
                       F.col(TIME).cast("bigint").alias(TIME), DIFF)]
-    requests: dict[Request, list[cq.Extender]] = {}
-    for e in exts:
-        requests.setdefault(request(e), []).append(e)
     tags = {}
     for i, (req, same) in enumerate(requests.items(), start=1):
         tags[req] = i
-        parts.append(_fetched(p, req, same, ctx, i, width, bound))
+        parts.append(_fetched(p, req, same, index[req], ctx.names[req.relation], i, width,
+                              bound))
     both = reduce(DataFrame.union, parts).repartition(buckets, _BUCKET)
     kept = [v for v in bound + [step.var] if v in live]
     schema = StructType([StructField(v, LongType()) for v in kept] +
@@ -125,18 +129,13 @@ def _representatives(spark, partitions: int) -> tuple[int, ...]:
     return tuple(found[j] for j in range(partitions))
 
 
-def _fetched(p: DataFrame, req, same: list, ctx, tag: int, width: int,
-             bound: list[str]) -> DataFrame:
-    """The arranged updates of `req` under the keys the buckets' prefixes ask for (by any of
-    the extenders `same` that read them), each sent to every bucket that asks, as rows of
-    the union: key columns __k*, value __v, time, diff."""
-    cols = ctx.names[req.relation]
+def _fetched(p: DataFrame, req, same: list, t: DataFrame, cols: list[str], tag: int,
+             width: int, bound: list[str]) -> DataFrame:
+    """The arranged updates `t` that answer `req` (record columns `cols`) under the keys
+    the buckets' prefixes ask for (by any of the extenders `same` that read them), each sent
+    to every bucket that asks, as rows of the union: key columns __k*, value __v, time,
+    diff."""
     keys = [f"__a{i}" for i in range(len(req.key))]
-    t = ctx.trace(req.relation, req.key, req.constants)
-    for k in req.repeats:  # the variable occurs again in the atom: equal
-        t = t.where(F.col(q(cols[k])) == F.col(q(cols[req.value])))
-    for c in [cols[k] for k in req.key] + [cols[req.value]]:
-        t = t.where(F.col(q(c)).isNotNull())  # a joined variable never binds null
     t = t.select(*[F.col(q(cols[k])).alias(a) for k, a in zip(req.key, keys)],
                  F.col(q(cols[req.value])).cast("bigint").alias(_VALUE), TIME, DIFF)
     asked = reduce(DataFrame.union, [

@@ -57,7 +57,7 @@ class Prefixes:
 
     def take(self, xp, rows) -> "Prefixes":
         return Prefixes({v: xp.take(a, rows) for v, a in self.vars.items()},
-                         xp.take(self.t, rows), xp.take(self.d, rows))
+                        xp.take(self.t, rows), xp.take(self.d, rows))
 
 
 def run(xp, query: cq.Query, rules, seeds: dict, lookup: Lookup, chunk_rows: int = 1 << 19,
@@ -87,7 +87,7 @@ def run(xp, query: cq.Query, rules, seeds: dict, lookup: Lookup, chunk_rows: int
                     wants.setdefault(request(e), []).append([p.vars[v] for _, v in e.key])
         got = lookup(wants) if wants else {}
         states = [(rule, extended(xp, rule.steps[depth], p, got, chunk_rows,
-                                   live_vars(rule, depth, query.head), unbound, threads))
+                                  live_vars(rule, depth, query.head), unbound, threads))
                   if depth < len(rule.steps) else (rule, p) for rule, p in states]
     cols = [xp.concat([p.vars[v] for _, p in states]) for v in query.head]
     t = xp.concat([p.t for _, p in states])
@@ -178,7 +178,7 @@ def _validated(xp, rule: cq.DeltaRule, p: Prefixes, got: dict) -> Prefixes:
 
 
 def extended(xp, step: cq.Extension, p: Prefixes, got: dict, chunk_rows: int,
-              live: set, unbound: _Nulls, threads: int) -> Prefixes:
+             live: set, unbound: _Nulls, threads: int) -> Prefixes:
     visible_rows = [_seen(xp, got[request(e)], p.t, e.reads) for e in step.extenders]
     if any(rows[2].shape[0] == 0 for rows in visible_rows):  # an extender with no candidates
         return _none(xp, p, step.var, live)

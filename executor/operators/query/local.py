@@ -101,15 +101,8 @@ def _fetch(xp, wants: dict, names, arranged: Callable, spark) -> dict:
         parts = view.all()
         if not parts:
             continue
-        df = reduce(DataFrame.union, parts)
-        for k, x in req.constants:
-            df = df.where(F.col(q(cols[k])) == F.lit(x))
+        df = requested(reduce(DataFrame.union, parts), cols, req)
         value = None if req.value is None else F.col(q(cols[req.value]))
-        for k in req.repeats:
-            df = df.where(F.col(q(cols[k])) == value)
-        needed = [F.col(q(cols[k])) for k in req.key] + ([value] if value is not None else [])
-        for c in needed:
-            df = df.where(c.isNotNull())
         zero = F.lit(0).cast("bigint")
         keys = [F.col(q(cols[k])).cast("bigint") for k in req.key]
         df = df.select(F.lit(i).alias("__req"),
@@ -136,6 +129,20 @@ def _fetch(xp, wants: dict, names, arranged: Callable, spark) -> dict:
         out[req] = ([xp.asarray(arr[f"__k{j}"]) for j in range(len(req.key))],
                     xp.asarray(arr["__v"]), xp.asarray(arr[TIME]), xp.asarray(arr[DIFF]))
     return out
+
+
+def requested(df: DataFrame, cols: list[str], req) -> DataFrame:
+    """The arranged updates `df` of req.relation (record columns `cols`) that can answer
+    the request: its constants matched, its repeats equal to the value, and no null among
+    the key and value columns (a joined variable never binds null)."""
+    for k, x in req.constants:
+        df = df.where(F.col(q(cols[k])) == F.lit(x))
+    value = None if req.value is None else F.col(q(cols[req.value]))
+    for k in req.repeats:
+        df = df.where(F.col(q(cols[k])) == value)
+    for c in [F.col(q(cols[k])) for k in req.key] + ([value] if value is not None else []):
+        df = df.where(c.isNotNull())
+    return df
 
 
 def _distinct_keys(xp, tables: list, width: int) -> np.ndarray:

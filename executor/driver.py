@@ -30,17 +30,18 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Optional, Union
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
-from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StructType
+from pyspark.sql.types import DecimalType, StructType
 
 from executor.arrange import buckets, driver as arrange
 from executor.arrange.changes import Changes, Coded, Unsupported, updates_schema
-from executor.arrange.encoding import fits
+from executor.arrange.encoding import arrow_schema
 from executor.arrange.spine import as_table, local_rows
 from executor.durability.state import arrow_digest
 from executor.inputs.local import local_table
@@ -259,7 +260,7 @@ def step(runner, updates: dict, upto: Optional[int]) -> Optional[Done]:
         outs = walk.outputs()
     except Unsupported:
         return None
-    arrow = {name: to_arrow_schema(runner.schemas[name]) for name in outs}
+    arrow = {name: arrow_schema(runner.schemas[name]) for name in outs}
     tables = {name: c.table(walk.xp, walk.encoder).cast(arrow[name]) for name, c in outs.items()}
     pending = {name: None if walk.pending[name] is None else walk.pending[name].cast(arrow[name])
                for name in outs}
@@ -326,7 +327,7 @@ def checked(spark, name: str, rows, schema: StructType, frontier: int,
     if ready is not None:
         return ready
     if isinstance(rows, pa.Table):
-        rows = spark.createDataFrame(rows)
+        rows = read_source(spark, name, rows, schema)
     return normalise(name, rows, schema, frontier, upto, local=True)
 
 
@@ -338,26 +339,27 @@ def arrow_ready(table, schema: StructType, frontier: int,
     refusal of what breaks a rule. Every path that takes updates asks this first."""
     if not isinstance(table, pa.Table):
         return None
+    rules = _rules(schema)
     upto = INFINITY if upto is None else upto
-    given = {f.name.lower(): f.name for f in table.schema}
-    if len(given) != table.num_columns or \
-            set(given) - {f.name.lower() for f in schema.fields} - {TIME, DIFF}:
+    given = {name.lower(): i for i, name in enumerate(table.column_names)}
+    if len(given) != table.num_columns or given.keys() - rules.names:
         return None
-    n, columns = table.num_rows, []
-    for f, arrow in zip(schema.fields, to_arrow_schema(schema)):
-        name = given.get(f.name.lower())
-        if name is None or table.schema.field(name).type != arrow.type:
+    types, n, columns = table.schema.types, table.num_rows, []
+    for name, arrow, nullable, digits in rules.records:
+        i = given.get(name)
+        if i is None or types[i] != arrow:
             return None
-        column = table.column(name)
-        if column.null_count and not f.nullable or not fits(column, f.dataType):
+        column = table.column(i)
+        if column.null_count and not nullable or \
+                digits is not None and not _within(column, digits):
             return None
         columns.append(column)
     for special, default in ((TIME, frontier), (DIFF, 1)):
-        name = given.get(special)
-        if name is None:
+        i = given.get(special)
+        if i is None:
             columns.append(pa.array(np.full(n, default, dtype=np.int64)))
             continue
-        column = table.column(name)
+        column = table.column(i)
         if column.type != pa.int64() or column.null_count:
             return None
         columns.append(column)
@@ -365,13 +367,51 @@ def arrow_ready(table, schema: StructType, frontier: int,
     if n and (t.min() < frontier or t.max() >= upto or d.min() == np.iinfo(np.int64).min
               or float(np.abs(d).sum(dtype=np.float64)) >= 2.0 ** 62):
         return None
-    table = pa.Table.from_arrays(columns, schema=to_arrow_schema(updates_schema(
-        list(schema.fields))))
+    table = pa.Table.from_arrays(columns, schema=rules.updates)
     # every kernel reads a column as one array: a column of many small chunks (a refresh
     # put together from slices) would be concatenated at each reading, so it is once here;
     # big chunks (a file's row groups) stay, as a copy of a whole load would cost its size
     small = any(c.num_chunks > 1 and n < c.num_chunks * _SMALL_CHUNK for c in table.columns)
     return table.combine_chunks() if small else table
+
+
+@dataclass(frozen=True)
+class _Rules:
+    """What arrow_ready asks of an input's columns, worked out once per schema: each record
+    column's (lower-case name, Arrow type, nullable, the digits a DECIMAL may hold before its
+    point, else None), the names a table may have, and the updates' schema."""
+
+    records: tuple
+    names: frozenset
+    updates: pa.Schema
+
+
+def _rules(schema: StructType) -> _Rules:
+    hit = _RULES.get(id(schema))  # the entry holds the schema: its id is not reused
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    records = tuple(
+        (f.name.lower(), arrow.type, f.nullable, f.dataType.precision - f.dataType.scale
+         if isinstance(f.dataType, DecimalType) else None)
+        for f, arrow in zip(schema.fields, arrow_schema(schema)))
+    rules = _Rules(records, frozenset(r[0] for r in records) | {TIME, DIFF},
+                   arrow_schema(updates_schema(list(schema.fields))))
+    if len(_RULES) >= 256:
+        _RULES.clear()
+    _RULES[id(schema)] = (schema, rules)
+    return rules
+
+
+_RULES: dict = {}
+
+
+def _within(column, digits: int) -> bool:
+    """Whether a decimal128 column holds no value of more than `digits` digits before its
+    point (its type may hold more than its declared precision): wider values are refused
+    by the rules, never coded."""
+    low, high = pc.min_max(column).values()
+    bound = Decimal(10) ** digits
+    return low.as_py() is None or -bound < low.as_py() and high.as_py() < bound
 
 
 _SMALL_CHUNK = 1 << 16  # rows

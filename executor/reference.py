@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from executor.arrange.encoding import arrow_schema
 from plans import ir
 from plans.semantics import Update, consolidate, evaluate
 
@@ -31,7 +31,7 @@ class SparkEvaluator:
         the tests' time. Values Arrow does not take as given (nested ones) go as rows."""
         schema = StructType.fromDDL(ddl)
         try:
-            arrow = to_arrow_schema(schema)
+            arrow = arrow_schema(schema)
             columns = list(zip(*rows)) if rows else [[] for _ in schema.fields]
             table = pa.Table.from_arrays(
                 [pa.array(list(c), type=f.type) for c, f in zip(columns, arrow)], schema=arrow)

@@ -18,12 +18,11 @@ import pyarrow.compute as pc
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import DataFrame, functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
 from executor import driver
 from executor.arrange.consolidate import consolidate
-from executor.arrange.encoding import Encoder
+from executor.arrange.encoding import Encoder, arrow_schema
 from executor.arrange.spine import (STEP, Spine, as_frame, is_computed, materialise_all, output_log,
                                     summed)
 from executor.arrange.trace import Trace
@@ -267,7 +266,7 @@ class Runner:
         out = {}
         for name, node in self.constants.items():
             schema = StructType(self.input_schemas[name].fields + UPDATE)
-            arrow = pa.schema(to_arrow_schema(schema))
+            arrow = pa.schema(arrow_schema(schema))
             rows = [tuple(r) + (0, 1) for r in node.rows]
             cols = list(zip(*rows)) if rows else [[] for _ in arrow]
             out[name] = pa.Table.from_arrays([pa.array(list(c), type=f.type)
@@ -373,7 +372,7 @@ class Runner:
         self._check_output(name)
         log = self._logs[name]
         if not log.batches:
-            return pa.Table.from_pylist([], to_arrow_schema(self.schemas[name]))
+            return pa.Table.from_pylist([], arrow_schema(self.schemas[name]))
         table = log.table()
         return table if table is not None or not collect else self.output(name).toArrow()
 

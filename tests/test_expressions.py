@@ -507,6 +507,25 @@ def test_cached_and_overflow_falls_back():
         compile_stages(stages, SCHEMA)(t)
 
 
+def test_column_free_expressions_are_kept_and_still_raise():
+    """An expression of no column is evaluated on one row and repeated (expressions._folded),
+    by the same compiled chain for tables of any size, the empty one included; a constant
+    that overflows is not kept: it falls back at every call."""
+    table = random_table(random.Random(3), 5)
+    chain = compile_stages((ir.Map(("DATE '2020-01-31' + INTERVAL '1' MONTH AS d", "a AS a",
+                                    "IF(a IS NULL, 0, year(DATE '2020-02-29')) AS y")),), SCHEMA)
+    for rows in (0, 5, 2):
+        got = chain(table.slice(0, rows))
+        assert got.column("d").to_pylist() == [dt.date(2020, 2, 29)] * rows
+        assert got.column("y").to_pylist() == [
+            0 if a is None else 2020 for a in table.column("a").to_pylist()[:rows]]
+    over = compile_stages((ir.Map(("9223372036854775807L + 1L AS o",)),), SCHEMA)
+    assert over(table.slice(0, 0)).num_rows == 0
+    for _ in range(2):
+        with pytest.raises(Fallback, match="overflow"):
+            over(table)
+
+
 def test_benchmark_smoke(spark, tmp_path):
     """benchmarks/expressions.py end to end at a tiny size; both sides must agree."""
     import json

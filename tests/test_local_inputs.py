@@ -43,7 +43,7 @@ def test_csv_text_reads_as_spark_reads_it_or_not_at_all(spark, tmp_path_factory,
     and line breaks), in four dialects, with and without a header, nulls written as the null
     value: pyarrow's rows equal Spark's wherever it reads the file, and it reads every file
     whose values hold no line break (nor an empty string where the null value is not
-    empty)."""
+    empty, nor, under a tab, a row of only blanks and nulls)."""
     path = tmp_path_factory.mktemp("csv") / "t.csv"
     with open(path, "w", newline="") as f:
         w = csv.writer(f, delimiter=delimiter,
@@ -58,8 +58,11 @@ def test_csv_text_reads_as_spark_reads_it_or_not_at_all(spark, tmp_path_factory,
     values = [v for r in rows for v in r if v is not None]
     breaks = any("\n" in v or "\r" in v for v in values)
     empty = null_value != "" and "" in values  # Spark reads "" as "" and an empty field as null
+    # a line of blanks under a tab is skipped by Spark's reader: such a file is left to Spark
+    blank = delimiter.isspace() and any(
+        all(v is None or all(ord(ch) <= 32 for ch in v) for v in r) for r in rows)
     if ours is None:
-        assert breaks or empty or not rows, (rows, theirs)
+        assert breaks or empty or blank or not rows, (rows, theirs)
         return
     assert not breaks and not empty
     assert [tuple(r.values()) for r in ours.to_pylist()] == theirs

@@ -229,6 +229,34 @@ def test_decimal_is_never_rounded(spark, conf, tmp_path):
                          (3, Decimal("9999999999.99"))]
 
 
+def test_decimal_beyond_its_precision_in_its_own_arrow_type(spark, conf):
+    """An Arrow decimal column of the input's own type may hold more digits than the
+    declared precision (Arrow checks precision only when it parses): refused on both
+    placements, for a narrow DECIMAL and one wider than int64; the widest value that fits
+    is kept exactly."""
+    from decimal import Decimal
+
+    import pyarrow as pa
+
+    def table(precision, unscaled):
+        words = b"".join(u.to_bytes(16, "little", signed=True) for u in unscaled)
+        d = pa.Array.from_buffers(pa.decimal128(precision, 2), len(unscaled),
+                                  [None, pa.py_buffer(words)])
+        return pa.table({"k": list(range(len(unscaled))), "d": d})
+
+    for precision in (12, 20):
+        ddl = f"k BIGINT, d DECIMAL({precision},2)"
+        big = 10 ** precision  # one digit more than the type holds
+        for extra in ({}, SPARK_ONLY):
+            r = keep(spark, conf, ddl, extra)
+            with pytest.raises(InputError, match="precision exceeded") as e:
+                r.step({"xs": table(precision, [150, -big])}, upto=1)
+            assert "column 'd'" in str(e.value), str(e.value)
+            r.step({"xs": table(precision, [150, 1 - big])}, upto=1)
+            assert [v for _, v in values(r)] == [Decimal(150).scaleb(-2),
+                                                 Decimal(1 - big).scaleb(-2)]
+
+
 def test_refusals_show_a_value_and_its_row(spark, conf, tmp_path):
     (tmp_path / "d.csv").write_text("k,day\n1,2024-01-02\n2,2024-01-03\n3,someday\n4,x\n")
     r = keep(spark, conf, "k BIGINT, day DATE")

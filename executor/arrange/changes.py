@@ -8,10 +8,9 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import pyarrow as pa
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
-from executor.arrange.encoding import NoCode
+from executor.arrange.encoding import NoCode, arrow_schema
 from executor.time import DIFF, ITERATION, TIME
 from gpu_kernels import to_numpy
 
@@ -82,7 +81,7 @@ class Changes:
 
     def table(self, xp, encoder) -> pa.Table:
         """The updates as Arrow, their values decoded."""
-        arrow = to_arrow_schema(self.schema)
+        arrow = arrow_schema(self.schema)
         if self.arrow is not None:
             return pa.Table.from_arrays(
                 [c if c.type == f.type else c.cast(f.type)

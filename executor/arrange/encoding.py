@@ -16,18 +16,33 @@ raises NoCode: the step then runs on Spark, never with a wrong code.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.pandas.types import to_arrow_type
+from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
 from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, DateType, DecimalType,
                                DoubleType, FloatType, IntegerType, LongType, ShortType, StringType,
-                               TimestampNTZType, TimestampType)
+                               StructType, TimestampNTZType, TimestampType)
 
 NULL_CODE = np.iinfo(np.int64).min
 _SIGN = np.int64(np.iinfo(np.int64).max)
 INTEGRAL = (ByteType, ShortType, IntegerType, LongType)  # Spark integer types
 _TEMPORAL = (DateType, TimestampType, TimestampNTZType)
+
+
+@lru_cache(maxsize=4096)
+def arrow_type(kind: DataType) -> pa.DataType:
+    """Spark's Arrow type for `kind` (pyspark's mapping, remembered: a step asks per column)."""
+    return to_arrow_type(kind)
+
+
+@lru_cache(maxsize=1024)
+def arrow_schema(schema: StructType) -> pa.Schema:
+    """Spark's Arrow schema for `schema`, remembered: pyspark builds it field by field, about
+    10 us a field, and a driver step asks for the same few schemas at every operator."""
+    return to_arrow_schema(schema)
 
 
 class NoCode(Exception):
@@ -51,8 +66,8 @@ class Encoder:
     def encode(self, column: pa.Array | pa.ChunkedArray, kind: DataType) -> np.ndarray:
         """int64 codes of an Arrow column holding values of Spark type `kind`."""
         arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-        if arr.type != to_arrow_type(kind):
-            arr = arr.cast(to_arrow_type(kind))
+        if arr.type != arrow_type(kind):
+            arr = arr.cast(arrow_type(kind))
         if isinstance(kind, (*INTEGRAL, BooleanType, *_TEMPORAL)):
             codes = _integers(arr)
             if isinstance(kind, LongType) and arr.null_count < len(arr) and \
@@ -102,7 +117,7 @@ class Encoder:
         codes = np.asarray(codes, dtype=np.int64)
         null = codes == NULL_CODE
         mask = null if null.any() else None
-        target = to_arrow_type(kind)
+        target = arrow_type(kind)
         if isinstance(kind, (StringType, BinaryType)):
             values = self._column(_dict_kind(kind), target)
             if null.all():  # no value (the dictionary may still be empty)
@@ -135,19 +150,6 @@ def _take(values: pa.ChunkedArray, index: np.ndarray, mask) -> pa.Array:
     back = np.empty_like(order)
     back[order] = np.arange(order.shape[0])
     return pa.concat_arrays(parts).take(pa.array(back, mask=mask))
-
-
-def fits(column: pa.Array | pa.ChunkedArray, kind: DataType) -> bool:
-    """Whether an Arrow column of `kind`'s Arrow type holds only values of `kind`: a
-    decimal128 column may hold more digits than its declared precision."""
-    if not isinstance(kind, DecimalType):
-        return True
-    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    try:
-        values = unscaled(arr)
-    except NoCode:
-        return kind.precision > 18  # beyond int64: Spark's own checks decide
-    return kind.precision > 18 or bool(np.all(np.abs(values) < 10 ** kind.precision))
 
 
 def ordered(kind: DataType) -> bool:

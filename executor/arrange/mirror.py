@@ -24,9 +24,9 @@ from functools import partial, reduce
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from executor.arrange.encoding import arrow_schema
 from executor.arrange.remote import Remote, encoded
 from executor.arrange.spine import Spine
 from executor.time import DIFF, TIME
@@ -139,7 +139,7 @@ class Mirror:
         arrays = [pa.array(to_numpy(self.xp, raw[f.name]), type=pa.int64()) if f.name in raw
                   else self.encoder.decode(to_numpy(self.xp, run.cols[self.columns.index(f.name)]),
                                            f.dataType) for f in self.schema.fields]
-        return pa.Table.from_arrays(arrays, schema=to_arrow_schema(self.schema))
+        return pa.Table.from_arrays(arrays, schema=arrow_schema(self.schema))
 
     def below(self, upper: int) -> "Mirror":
         """The same runs, read only at times below `upper` (filtered per lookup: no copy)."""

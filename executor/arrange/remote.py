@@ -20,10 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, DoubleType, FloatType, StructField, StructType
 
-from executor.arrange.encoding import NoCode
+from executor.arrange.encoding import NoCode, arrow_schema
 from executor.arrange.spine import materialise
 from executor.time import DIFF, TIME
 from gpu_kernels import to_numpy
@@ -75,7 +74,7 @@ class Remote:
         fields = [frame.schema[c] for c in names]
         values = pa.Table.from_arrays(
             [mirror.encoder.decode(to_numpy(mirror.xp, a), f.dataType)
-             for a, f in zip(asked, fields)], schema=to_arrow_schema(StructType(fields)))
+             for a, f in zip(asked, fields)], schema=arrow_schema(StructType(fields)))
         # float keys are matched on the driver only: -0.0 and 0.0 are one key to Spark, not
         # to is_in (arranged batches hold them normalised; this does not rely on it)
         exact = [f.name for f in fields if not isinstance(f.dataType, (DoubleType, FloatType))]

@@ -16,7 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.pandas.types import to_arrow_schema
+
+from executor.arrange.encoding import arrow_schema
 
 T = TypeVar("T")
 
@@ -151,7 +152,7 @@ def local_rows(df: DataFrame) -> pa.Table:
     rows)."""
     rows = df.collect()
     columns = list(zip(*rows)) if rows else [()] * len(df.columns)
-    arrow = to_arrow_schema(df.schema)
+    arrow = arrow_schema(df.schema)
     return pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(columns, arrow)],
                                 schema=arrow)
 

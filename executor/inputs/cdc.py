@@ -24,9 +24,9 @@ import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
+from executor.arrange.encoding import arrow_schema
 from executor.inputs.tables import _frozen
 from executor.runtime.errors import InputError
 from executor.time import DIFF, TIME
@@ -121,7 +121,7 @@ def updates(name: str, records: list[tuple[int, object]], schema: StructType,
 def _table(name: str, rows: list, schema: StructType, timed: bool) -> pa.Table:
     extra = ([StructField(TIME, LongType(), True)] if timed else []) + \
         [StructField(DIFF, LongType(), False)]
-    arrow = to_arrow_schema(StructType(schema.fields + extra))
+    arrow = arrow_schema(StructType(schema.fields + extra))
     arrays = []
     for field in arrow:
         values = [r[field.name] for _, r in rows]

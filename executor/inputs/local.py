@@ -15,16 +15,16 @@ error (tests/test_local_inputs.py checks both readers agree on random files).
 from __future__ import annotations
 
 import os
+from functools import reduce
 from typing import Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BooleanType, DataType, DateType, DecimalType, DoubleType, StructType
 
-from executor.arrange.encoding import INTEGRAL
+from executor.arrange.encoding import INTEGRAL, arrow_schema
 from executor.inputs.updates import CsvSource, _format, check_header
 from executor.runtime.errors import InputError
 from executor.time import DIFF, TIME
@@ -53,7 +53,7 @@ def _as_spark_reads(table: pa.Table, schema: StructType) -> bool:
     """Whether each declared column (and time, diff) has the Arrow type Spark reads for it:
     any other type (nanosecond timestamps, narrower integers) is Spark's reader's to take
     or refuse."""
-    arrow = {f.name.lower(): f.type for f in to_arrow_schema(schema)}
+    arrow = {f.name.lower(): f.type for f in arrow_schema(schema)}
     arrow[TIME] = arrow[DIFF] = pa.int64()
     return all(arrow.get(f.name.lower(), f.type) == f.type for f in table.schema)
 
@@ -130,7 +130,17 @@ def _read_csv_file(name: str, path: str, src: CsvSource, schema: StructType):
         return None  # Spark reads a file by lines (no multiLine): it breaks such a value
     if src.null_value and any(pc.any(pc.equal(c, "")).as_py() for c in table.columns):
         return None  # Spark reads an unquoted empty field as null, a quoted one as ""
+    if (src.delimiter.isspace() or table.num_columns == 1) and _blank_rows(table):
+        return None  # a line of only blanks (a tab is one) is skipped by Spark's reader
     return table
+
+
+def _blank_rows(table: pa.Table) -> bool:
+    """Whether some row's fields are all null or blank (characters up to the space, which
+    Spark's CSV parser trims as whitespace)."""
+    blank = [pc.fill_null(pc.match_substring_regex(c, r"^[\x00-\x20]*$"), True)
+             for c in table.columns]
+    return bool(blank) and pc.any(reduce(pc.and_, blank)).as_py()
 
 
 def _files(path, suffixes) -> Optional[list[str]]:
@@ -157,7 +167,7 @@ def parsed(table: pa.Table, schema: StructType) -> pa.Table:
     """`table` with each text column of a declared (or the time and diff) column parsed to its
     Arrow type where every value is canonical; other columns as they were."""
     arrow = {f.name.lower(): (f.dataType, t.type) for f, t in zip(schema.fields,
-                                                                   to_arrow_schema(schema))}
+                                                                   arrow_schema(schema))}
     arrow[TIME] = arrow[DIFF] = (None, pa.int64())
     columns = []
     for field, column in zip(table.schema, table.columns):

@@ -22,9 +22,9 @@ from itertools import groupby
 from typing import Optional
 
 import pyarrow as pa
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
+from executor.arrange.encoding import arrow_schema
 from executor.durability.state import arrow_digest
 from executor.inputs.updates import normalise, read_source
 from executor.runtime.errors import InputError
@@ -60,8 +60,8 @@ class InputTable:
         self.rows: dict = {}
         self.batches: list[tuple[pa.Table, int]] = []  # (records + diff, rows), committed
         diff = StructField(DIFF, LongType(), False)
-        self.arrow = to_arrow_schema(StructType(schema.fields + [diff]))
-        self.updates_arrow = to_arrow_schema(StructType(
+        self.arrow = arrow_schema(StructType(schema.fields + [diff]))
+        self.updates_arrow = arrow_schema(StructType(
             schema.fields + [StructField(TIME, LongType(), False), diff]))
 
     # ------------------------------------------------------------------ a step

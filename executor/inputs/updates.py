@@ -61,6 +61,19 @@ def csv(path, delimiter: str = ",", header: bool = True, null_value: str = "",
     return CsvSource(os.fspath(path), delimiter, header, str(null_value), quote, escape)
 
 
+def _widened(table):
+    """Local rows with their DECIMAL columns at the widest precision: Arrow checks a
+    decimal's precision only when it parses, so a column may hold more digits than its
+    type declares, which Spark cannot read; widened, every value reaches the input's cast,
+    whose rule refuses it with the value shown."""
+    import pyarrow as pa
+
+    fields = [f.with_type(pa.decimal128(38, f.type.scale))
+              if pa.types.is_decimal128(f.type) and f.type.precision < 38 else f
+              for f in table.schema]
+    return table if fields == list(table.schema) else table.cast(pa.schema(fields))
+
+
 def read_source(spark: SparkSession, name: str, source, schema: StructType) -> DataFrame:
     """A DataFrame of updates from a Spark DataFrame, a pandas DataFrame or pyarrow Table
     (local rows: a small step reads them without a Spark job), csv(...) or a Parquet/CSV
@@ -73,7 +86,7 @@ def read_source(spark: SparkSession, name: str, source, schema: StructType) -> D
     if isinstance(source, pd.DataFrame):
         source = pa.Table.from_pandas(source, preserve_index=False)
     if isinstance(source, pa.Table):
-        return spark.createDataFrame(source)
+        return spark.createDataFrame(_widened(source))
     if isinstance(source, CsvSource):
         return _read_csv(spark, name, source, schema)
     if not isinstance(source, (str, os.PathLike)):

@@ -23,6 +23,8 @@ def apply(step, node: ir.Linear, source=None, schema: Optional[StructType] = Non
     times join them with the update's, as on Spark; what lands at or after upto is held by
     the operators downstream. `source` and `schema` replace the node's input and schema."""
     value = step.changes(node.input) if source is None else source
+    if isinstance(value, Changes) and not value.size:  # no update in, none out
+        return step.empty(schema or step.runner.node_schemas[node])
     for is_kernel, run in groupby(node.stages, key=lambda s: isinstance(s, ir.Kernel)):
         run, table = tuple(run), table_of(step, value)
         if is_kernel:

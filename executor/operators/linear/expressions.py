@@ -24,7 +24,7 @@ from __future__ import annotations
 import datetime as _dt
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import ROUND_HALF_UP, Context, Decimal
 from typing import Callable, Optional
 
@@ -115,6 +115,26 @@ class Expr:
 def _const(value, t) -> Expr:
     scalar = pa.scalar(value, type=t)
     return Expr(t, lambda tbl: pa.repeat(scalar, tbl.num_rows), value, True)
+
+
+def _folded(e: Expr) -> Expr:
+    """An expression of no column (every supported function is deterministic), evaluated
+    on one row the first time and repeated: DATE '1994-01-01' + INTERVAL 1 YEAR costs its
+    calendar arithmetic once per compiled chain, not once per row at every step. A value
+    that raises is not kept, so it raises at each call, as it would over every row."""
+    value: list = []
+
+    def fn(tbl: pa.Table):
+        if not tbl.num_rows:
+            return e.fn(tbl)
+        if not value:
+            value.append(_arr(e.fn(tbl.slice(0, 1)))[0])
+        return pa.repeat(value[0], tbl.num_rows)
+    return replace(e, fn=fn)
+
+
+def _as(a: pa.Array, t: pa.DataType) -> pa.Array:
+    return a if a.type == t else pc.cast(a, t)
 
 
 def _arr(col) -> pa.Array:
@@ -241,7 +261,7 @@ class _Compiler:
         if entry is None or entry == "missing":
             raise NotCompiled(f"column {node.name!r} is ambiguous or missing")
         i, name, t = entry
-        return name, Expr(t, lambda tbl: pc.cast(_arr(tbl.column(i)), t))
+        return name, Expr(t, lambda tbl: _as(_arr(tbl.column(i)), t))
 
     def alias(self, name: str, e: Expr) -> None:
         """A projection's output, which its later expressions may name (Spark's lateral
@@ -257,7 +277,8 @@ class _Compiler:
         handler = _HANDLERS.get(type(node))
         if handler is None:
             raise NotCompiled(f"expression {node.sql(dialect='spark')!r}")
-        return handler(self, node)
+        e = handler(self, node)
+        return e if e.is_literal or node.find(exp.Column) is not None else _folded(e)
 
 
 # --- literals

@@ -75,10 +75,9 @@ def arrow_output_schema(stage: ir.Kernel, time_cols: list[str]):
 
 
 def _arrow_schema(schema: StructType):
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from executor.arrange.encoding import arrow_schema
 
-    return pa.schema(to_arrow_schema(schema))
+    return arrow_schema(schema)
 
 
 def reduce_groups(acc: DataFrame, by: list[str], red: ir.Reduction, group_cols: list[str],

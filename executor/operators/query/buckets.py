@@ -16,7 +16,7 @@ through a shuffle. The choice between the two is `method`.
 """
 from __future__ import annotations
 
-from functools import lru_cache, reduce
+from functools import reduce
 from typing import Iterator, Optional
 
 import numpy as np
@@ -116,17 +116,24 @@ def extend(p: DataFrame, step: cq.Extension, bound: list[str], live: set, ctx,
     return rows.select(*[F.col(q(v)).cast(kinds[v]).alias(v) for v in kept], TIME, DIFF)
 
 
-@lru_cache(maxsize=None)
 def _representatives(spark, partitions: int) -> tuple[int, ...]:
     """For each partition j, a long that Spark's hash partitioning into `partitions` sends
-    to j (found by Spark's own hash, one small job per session and count)."""
+    to j (found by Spark's own hash, which no setting changes: one small job per process
+    and count, kept by count, not by session)."""
+    known = _REPRESENTATIVES.get(partitions)
+    if known is not None:
+        return known
     ids = spark.range(64 * partitions).select(
         "id", F.pmod(F.hash("id"), F.lit(partitions)).alias("j")).groupBy("j").agg(
         F.min("id").alias("id")).collect()
     found = {r["j"]: r["id"] for r in ids}
     if len(found) < partitions:
         raise RuntimeError(f"no long hashes to each of {partitions} partitions")
-    return tuple(found[j] for j in range(partitions))
+    _REPRESENTATIVES[partitions] = tuple(found[j] for j in range(partitions))
+    return _REPRESENTATIVES[partitions]
+
+
+_REPRESENTATIVES: dict[int, tuple[int, ...]] = {}
 
 
 def _fetched(p: DataFrame, req, same: list, t: DataFrame, cols: list[str], tag: int,

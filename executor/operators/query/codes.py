@@ -17,7 +17,7 @@ import pyarrow as pa
 from pyspark.sql.types import DataType, DecimalType
 
 from executor.arrange.changes import Unsupported
-from executor.arrange.encoding import INTEGRAL, Encoder, NoCode, ordered
+from executor.arrange.encoding import INTEGRAL, Encoder, NoCode, arrow_type, ordered
 from plans import query as cq
 
 
@@ -54,12 +54,10 @@ def _domain(kind: DataType) -> str:
 
 def _code(value, kind: DataType, encoder: Encoder) -> int:
     """The code of a constant in a column of `kind`, where it converts exactly."""
-    from pyspark.sql.pandas.types import to_arrow_type
-
     if value is None:
         raise Unsupported("a null constant in a query")
     try:
-        target = to_arrow_type(kind)
+        target = arrow_type(kind)
         if isinstance(kind, DecimalType):  # Arrow refuses a lossy rescale
             if not isinstance(value, (int, Decimal)):
                 raise TypeError(value)

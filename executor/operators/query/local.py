@@ -19,7 +19,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
-from executor.arrange.encoding import INTEGRAL
+from executor.arrange.encoding import INTEGRAL, arrow_schema
 from executor.operators.linear.spark import q
 from executor.operators.query import delta_rules
 from executor.time import DIFF, TIME
@@ -56,7 +56,7 @@ def run(node: ir.Query, ready: dict[str, DataFrame], deltas: list[DataFrame],
     schema = _schema(node, deltas, names, position)
     spark = deltas[0].sparkSession
     if total == 0:
-        return spark.createDataFrame(pa.Table.from_pylist([], _arrow(schema)))
+        return spark.createDataFrame(pa.Table.from_pylist([], arrow_schema(schema)))
     xp = namespace(backend)
     seeds = {r: ([_col(xp, t.column(c)) for c in names[r]], _col(xp, t.column(TIME)),
                  _col(xp, t.column(DIFF))) for r, t in tables.items()}
@@ -68,7 +68,7 @@ def run(node: ir.Query, ready: dict[str, DataFrame], deltas: list[DataFrame],
     cols, t, d = delta_rules.run(xp, node.query, rules, seeds, lookup)
     arrays = [to_numpy(xp, a) for a in (*cols, t, d)]
     table = pa.Table.from_arrays([pa.array(a).cast(f.type) for a, f in
-                                  zip(arrays, _arrow(schema))], schema=_arrow(schema))
+                                  zip(arrays, arrow_schema(schema))], schema=arrow_schema(schema))
     return spark.createDataFrame(table)
 
 
@@ -83,11 +83,6 @@ def _schema(node: ir.Query, deltas, names, position) -> StructType:
         fields.append(StructField(v, deltas[position[r]].schema[names[r][k]].dataType))
     return StructType(fields + [StructField(TIME, LongType(), False),
                                 StructField(DIFF, LongType(), False)])
-
-
-def _arrow(schema: StructType) -> pa.Schema:
-    from pyspark.sql.pandas.types import to_arrow_schema
-    return to_arrow_schema(schema)
 
 
 def _fetch(xp, wants: dict, names, arranged: Callable, spark) -> dict:

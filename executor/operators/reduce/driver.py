@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema, to_arrow_type
+from pyspark.sql.pandas.types import from_arrow_type
 from pyspark.sql.types import DecimalType, DoubleType, FloatType, StructField, StructType
 
 from executor.arrange.changes import Changes, Unsupported
-from executor.arrange.encoding import (NULL_CODE, NoCode, float_codes, float_values, order_keys,
-                                       ordered, rank)
+from executor.arrange.encoding import (NULL_CODE, NoCode, arrow_schema, arrow_type, float_codes,
+                                       float_values, order_keys, ordered, rank)
 from executor.operators.linear import expressions
 from executor.time import DIFF, TIME
 from gpu_kernels import (DiffOverflow, consolidate, group_starts, multiply_diffs, neighbours,
@@ -344,7 +344,7 @@ def expression_values(step, acc, kinds, records, exprs) -> list:
         return [step.encoder.decode(to_numpy(xp, acc[e]), kinds[e]) for e in exprs]
     schema = StructType([StructField(c, kinds[c], True) for c in records])
     table = pa.Table.from_arrays([step.encoder.decode(to_numpy(xp, acc[c]), kinds[c])
-                                  for c in records], schema=to_arrow_schema(schema))
+                                  for c in records], schema=arrow_schema(schema))
     return _evaluate(step, table, schema, exprs)
 
 
@@ -364,7 +364,7 @@ def _evaluate(step, table: pa.Table, schema: StructType, exprs: list[str]) -> li
     frame = step.spark.createDataFrame(table) if n else step.spark.createDataFrame([], schema)
     projected = frame.selectExpr(*exprs)
     rows = projected.collect()
-    return [pa.array([r[i] for r in rows], type=to_arrow_type(f.dataType))
+    return [pa.array([r[i] for r in rows], type=arrow_type(f.dataType))
             for i, f in enumerate(projected.schema.fields)]
 
 

@@ -307,9 +307,16 @@ class _Running:
         self.xp, self.n = xp, t.shape[0]
         all_keys = [xp.concat([c] + [h.cols[i] for h in held]) for i, c in enumerate(key_cols)]
         all_t = xp.concat([t] + [xp.full_like(h.t, lower - 1) for h in held])
-        all_terms = [xp.concat([x] + [h.d if j == s else xp.zeros_like(h.d)
-                                      for j, h in enumerate(held)])
-                     for s, x in enumerate(terms)]
+        # term s over the held rows (one run per total, or none): its own run, zero elsewhere
+        bounds = [0]
+        for h in held:
+            bounds.append(bounds[-1] + h.d.shape[0])
+        all_terms = []
+        for s, x in enumerate(terms):
+            tail = xp.zeros(bounds[-1], dtype=x.dtype)
+            if s < len(held):
+                tail[bounds[s]:bounds[s + 1]] = held[s].d
+            all_terms.append(xp.concat([x, tail]))
         self._perm = perm = sort_by(xp, [*all_keys, all_t])
         sorted_keys = [xp.take(k, perm) for k in all_keys]
         sorted_t = xp.take(all_t, perm)

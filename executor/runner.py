@@ -266,7 +266,7 @@ class Runner:
         out = {}
         for name, node in self.constants.items():
             schema = StructType(self.input_schemas[name].fields + UPDATE)
-            arrow = pa.schema(arrow_schema(schema))
+            arrow = arrow_schema(schema)
             rows = [tuple(r) + (0, 1) for r in node.rows]
             cols = list(zip(*rows)) if rows else [[] for _ in arrow]
             out[name] = pa.Table.from_arrays([pa.array(list(c), type=f.type)

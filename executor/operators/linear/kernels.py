@@ -11,6 +11,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql.types import LongType, StructField, StructType
 
+from executor.arrange.encoding import arrow_schema
 from executor.time import DIFF
 from plans import ir
 
@@ -47,7 +48,7 @@ def run_chain(xp, cols: dict, time_cols: list[str], stages) -> dict:
 def apply(df: DataFrame, stages: tuple[ir.Kernel, ...], time_cols: list[str],
           backend: str) -> DataFrame:
     schema = output_schema(stages[-1], time_cols)
-    arrow_schema = arrow_output_schema(stages[-1], time_cols)
+    out_schema = arrow_output_schema(stages[-1], time_cols)
 
     def per_partition(batches):
         from gpu_kernels.backend import namespace
@@ -56,7 +57,7 @@ def apply(df: DataFrame, stages: tuple[ir.Kernel, ...], time_cols: list[str],
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            yield run_batch(xp, batch, stages, time_cols, arrow_schema)
+            yield run_batch(xp, batch, stages, time_cols, out_schema)
 
     return df.mapInArrow(per_partition, schema)
 
@@ -71,13 +72,7 @@ def run_batch(xp, batch, stages: tuple[ir.Kernel, ...], time_cols: list[str], sc
 
 
 def arrow_output_schema(stage: ir.Kernel, time_cols: list[str]):
-    return _arrow_schema(output_schema(stage, time_cols))
-
-
-def _arrow_schema(schema: StructType):
-    from executor.arrange.encoding import arrow_schema
-
-    return arrow_schema(schema)
+    return arrow_schema(output_schema(stage, time_cols))
 
 
 def reduce_groups(acc: DataFrame, by: list[str], red: ir.Reduction, group_cols: list[str],
@@ -93,8 +88,8 @@ def reduce_groups(acc: DataFrame, by: list[str], red: ir.Reduction, group_cols: 
     fields = {f.name: f for f in acc.schema.fields}
     schema = ST([fields[k] for k in keys] + list(ST.fromDDL(red.schema).fields)
                 + [StructField(mult, LongType(), False)])
-    arrow_schema = _arrow_schema(schema)
-    value_schema = _arrow_schema(ST(list(ST.fromDDL(red.schema).fields)))
+    out_schema = arrow_schema(schema)
+    value_schema = arrow_schema(ST(list(ST.fromDDL(red.schema).fields)))
 
     def per_partition(batches):
         import numpy as np
@@ -131,7 +126,7 @@ def reduce_groups(acc: DataFrame, by: list[str], red: ir.Reduction, group_cols: 
         arrays = [table.column(k).take(pa.array(rows)) for k in keys]
         arrays += [c.filter(pa.array(keep)) for c in out_batch.columns]
         arrays.append(pa.array(to_numpy(xp, count)[keep], type=pa.int64()))
-        yield from pa.Table.from_arrays(arrays, schema=arrow_schema).to_batches()
+        yield from pa.Table.from_arrays(arrays, schema=out_schema).to_batches()
 
     return (acc.repartition(*keys).sortWithinPartitions(*keys)
             .mapInArrow(per_partition, schema))

@@ -41,7 +41,7 @@ from pyspark.sql.types import DecimalType, StructType
 
 from executor.arrange import buckets, driver as arrange
 from executor.arrange.changes import Changes, Coded, Unsupported, updates_schema
-from executor.arrange.encoding import arrow_schema
+from executor.arrange.encoding import arrow_schema, per_schema
 from executor.arrange.spine import as_table, local_rows
 from executor.durability.state import arrow_digest
 from executor.inputs.local import local_table
@@ -344,6 +344,13 @@ def arrow_ready(table, schema: StructType, frontier: int,
     given = {name.lower(): i for i, name in enumerate(table.column_names)}
     if len(given) != table.num_columns or given.keys() - rules.names:
         return None
+    # every kernel reads a column as one array: a column of many small chunks (a refresh
+    # put together from slices) would be concatenated at each reading (and checked chunk by
+    # chunk), so it is once here; big chunks (a file's row groups) stay, as a copy of a whole
+    # load would cost its size
+    if any(c.num_chunks > 1 and table.num_rows < c.num_chunks * _SMALL_CHUNK
+           for c in table.columns):
+        table = table.combine_chunks()
     types, n, columns = table.schema.types, table.num_rows, []
     for name, arrow, nullable, digits in rules.records:
         i = given.get(name)
@@ -367,12 +374,7 @@ def arrow_ready(table, schema: StructType, frontier: int,
     if n and (t.min() < frontier or t.max() >= upto or d.min() == np.iinfo(np.int64).min
               or float(np.abs(d).sum(dtype=np.float64)) >= 2.0 ** 62):
         return None
-    table = pa.Table.from_arrays(columns, schema=rules.updates)
-    # every kernel reads a column as one array: a column of many small chunks (a refresh
-    # put together from slices) would be concatenated at each reading, so it is once here;
-    # big chunks (a file's row groups) stay, as a copy of a whole load would cost its size
-    small = any(c.num_chunks > 1 and n < c.num_chunks * _SMALL_CHUNK for c in table.columns)
-    return table.combine_chunks() if small else table
+    return pa.Table.from_arrays(columns, schema=rules.updates)
 
 
 @dataclass(frozen=True)
@@ -386,23 +388,14 @@ class _Rules:
     updates: pa.Schema
 
 
+@per_schema
 def _rules(schema: StructType) -> _Rules:
-    hit = _RULES.get(id(schema))  # the entry holds the schema: its id is not reused
-    if hit is not None and hit[0] is schema:
-        return hit[1]
     records = tuple(
         (f.name.lower(), arrow.type, f.nullable, f.dataType.precision - f.dataType.scale
          if isinstance(f.dataType, DecimalType) else None)
         for f, arrow in zip(schema.fields, arrow_schema(schema)))
-    rules = _Rules(records, frozenset(r[0] for r in records) | {TIME, DIFF},
-                   arrow_schema(updates_schema(list(schema.fields))))
-    if len(_RULES) >= 256:
-        _RULES.clear()
-    _RULES[id(schema)] = (schema, rules)
-    return rules
-
-
-_RULES: dict = {}
+    return _Rules(records, frozenset(r[0] for r in records) | {TIME, DIFF},
+                  arrow_schema(updates_schema(list(schema.fields))))
 
 
 def _within(column, digits: int) -> bool:

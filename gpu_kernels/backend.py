@@ -3,6 +3,8 @@
 Kernels take `xp` as their first argument so one source runs on numpy (CPU), cupy (GPU) and
 array_api_strict (tests: it refuses anything outside the standard that cupy may lack).
 """
+import types
+
 import array_api_compat
 import numpy as np
 
@@ -30,12 +32,32 @@ def gpu_visible() -> bool:
         return False
 
 
+# Functions array_api_compat.numpy wraps although numpy 2 (pinned) has them with the standard's
+# signature and meaning. Not among them: sort and argsort (numpy's default is not stable) and
+# unique_values (numpy 2.3's is unsorted; callers here read it as sorted); nor astype, whose
+# wrapper calls the method, faster than np.astype.
+_NATIVE = ("arange", "asarray", "cumulative_sum", "empty", "full", "full_like",
+           "iinfo", "nonzero", "ones", "ones_like", "zeros", "zeros_like")
+
+
+def _host():
+    """array_api_compat.numpy with numpy's own functions where the wrapper only adds checks:
+    a wrapper costs microseconds a call, and a driver step makes thousands of calls."""
+    import array_api_compat.numpy as compat
+
+    xp = types.ModuleType(compat.__name__)
+    xp.__dict__.update(vars(compat))
+    xp.__dict__.update({name: getattr(np, name) for name in _NATIVE})
+    return xp
+
+
+_HOST = _host()
+
+
 def namespace(name):
     """The array namespace for "numpy", "cupy", "strict" or "auto" (cupy if a GPU is visible)."""
     if name == "numpy":
-        import array_api_compat.numpy as xp
-
-        return xp
+        return _HOST
     if name == "cupy":
         return _cupy()
     if name == "strict":

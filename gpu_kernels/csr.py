@@ -39,10 +39,16 @@ def row_ranges(xp, csr, keys):
     return lo, hi
 
 
-def neighbours(xp, targets, lo, hi):
-    """(parent, candidate): every target in targets[lo[j]:hi[j]], tagged with its query j."""
+def spans(xp, lo, hi):
+    """(parent, position): every position in lo[j]:hi[j], tagged with its query j. Costs the
+    positions listed, not the length of what they index."""
     counts = hi - lo
     parent = parents(xp, counts)
     first_out = xp.cumulative_sum(counts, include_initial=True)[:-1]  # first output row of j
-    position = xp.take(lo - first_out, parent) + xp.arange(parent.shape[0], dtype=xp.int64)
+    return parent, xp.take(lo - first_out, parent) + xp.arange(parent.shape[0], dtype=xp.int64)
+
+
+def neighbours(xp, targets, lo, hi):
+    """(parent, candidate): every target in targets[lo[j]:hi[j]], tagged with its query j."""
+    parent, position = spans(xp, lo, hi)
     return parent, xp.take(targets, position)

@@ -170,6 +170,7 @@ CASES: dict[str, Case] = {
     "build_csr": Case(_csr_inputs, lambda xp, a: tuple(csr.build_csr(xp, a["src"], a["dst"]))),
     "row_ranges": Case(_csr_inputs, lambda xp, a: _ranges(xp, a)[1:]),
     "neighbours": Case(_csr_inputs, lambda xp, a: csr.neighbours(xp, *_targets_ranges(xp, a))),
+    "spans": Case(_csr_inputs, lambda xp, a: csr.spans(xp, *_ranges(xp, a)[1:])),
     "contains": Case(_csr_inputs, lambda xp, a: intersect.contains(
         xp, *_targets_ranges(xp, a), a["c"])),
     "lower_bound": Case(_csr_inputs, lambda xp, a: intersect.lower_bound(

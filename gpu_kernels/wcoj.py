@@ -22,8 +22,8 @@ by table.
 from math import isqrt
 
 from .consolidate import sort_by
-from .csr import row_ranges
-from .expand import dense, parents
+from .csr import row_ranges, spans
+from .expand import dense
 from .intersect import contains, lower_bound
 
 _MAX_COMPOSITE = 3037000499  # largest n with n * n < 2**63: composite keys a * n + b fit int64
@@ -60,10 +60,8 @@ def extend(xp, prefix_keys, indices, candidates_of=None):
     for j in range(k):
         rows = xp.take(live, xp.nonzero(winner == j)[0])
         lo, hi = (xp.take(a, rows) for a in ranges[j])
-        local = parents(xp, hi - lo)
-        first_out = xp.cumulative_sum(hi - lo, include_initial=True)[:-1]
         pos = [None] * k
-        pos[j] = xp.take(lo - first_out, local) + xp.arange(local.shape[0], dtype=xp.int64)
+        local, pos[j] = spans(xp, lo, hi)
         parent = xp.take(rows, local)
         value = xp.take(indices[j].targets, pos[j])
         for i in range(k):

@@ -65,6 +65,41 @@ def test_namespace_names():
         gk.namespace("torch")
 
 
+def test_host_namespace_skips_only_wrappers_numpy_does_not_need():
+    """The driver's numpy namespace calls numpy directly where array_api_compat's wrapper only
+    checks: every such function gives the wrapper's values and dtypes, and the sorts keep the
+    standard's stable default (numpy's own is not)."""
+    import array_api_compat.numpy as compat
+
+    from gpu_kernels.backend import _NATIVE
+
+    xp = gk.namespace("numpy")
+    assert {n for n in _NATIVE if getattr(xp, n) is getattr(np, n)} == set(_NATIVE)
+    assert xp.argsort is compat.argsort and xp.sort is compat.sort
+    assert xp.unique_values is compat.unique_values
+    ints, flags = np.array([3, -1, 3, 0, -1], dtype=np.int32), np.array([True, False, True])
+    calls = [("arange", (5,), {}), ("arange", (2, 9, 3), {"dtype": np.int64}),
+             ("asarray", ([1, 2],), {}), ("asarray", (ints,), {"copy": True}),
+             ("asarray", ([1.5, None],), {"dtype": np.float64}),
+             ("astype", (ints, np.int64), {}), ("astype", (flags, np.int8), {"copy": False}),
+             ("cumulative_sum", (ints,), {}), ("cumulative_sum", (flags,), {}),
+             ("cumulative_sum", (ints,), {"include_initial": True, "dtype": np.int64}),
+             ("empty", (0,), {"dtype": np.int64}), ("full", (3, 7), {}),
+             ("full", ((2,), -1), {"dtype": np.int8}), ("full_like", (ints, 2), {}),
+             ("nonzero", (flags,), {}), ("ones", (2,), {"dtype": np.bool_}),
+             ("ones_like", (flags,), {}), ("unique_values", (ints,), {}),
+             ("zeros", (3,), {"dtype": np.int64}), ("zeros_like", (ints,), {})]
+    for name, args, kwargs in calls:
+        mine, theirs = getattr(xp, name)(*args, **kwargs), getattr(compat, name)(*args, **kwargs)
+        for a, b in zip(*(v if isinstance(v, tuple) else (v,) for v in (mine, theirs))):
+            if name != "empty":
+                assert a.dtype == b.dtype, (name, args, kwargs)
+                assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), (name, args)
+    assert xp.iinfo(np.int32).max == compat.iinfo(np.int32).max
+    ties = np.array([1, 0, 1, 0, 1] * 40)
+    assert xp.argsort(ties).tolist() == np.argsort(ties, kind="stable").tolist()
+
+
 def test_cupy_missing_is_a_clear_import_error():
     try:
         import cupy  # noqa: F401
@@ -327,6 +362,9 @@ def test_csr_ranges_neighbours_contains(xp, edge_list, queries):
     parent, found = gk.neighbours(xp, csr.targets, lo, hi)
     expected = [(j, d) for j, (s, _) in enumerate(queries) for d in adj.get(s, [])]
     assert list(zip(host(xp, parent), host(xp, found))) == expected
+    parent, at = gk.spans(xp, lo, hi)
+    assert list(zip(host(xp, parent), host(xp, at))) == [
+        (j, i) for j, (a, b) in enumerate(zip(host(xp, lo), host(xp, hi))) for i in range(a, b)]
     mask = gk.contains(xp, csr.targets, lo, hi, cand)
     assert host(xp, mask) == [c in adj.get(s, []) for s, c in queries]
 

@@ -21,15 +21,16 @@ HORIZON = 6
 def top_k_flow(k: int) -> Dataflow:
     """top_k over several orders; ties broken by records with and without STRING columns
     (whose codes do not sort as the strings); one ordered by a STRING (no sortable codes:
-    it goes through reduce_driver, ranking decoded values)."""
+    it goes through reduce_driver, ranking decoded values). A quoted name, as the SQL front
+    end writes one, reads its column's codes; other expressions are evaluated."""
     flow = Dataflow()
     s = flow.input("s", S)
     ranked = s.map("g", "h", "x", "p", "d", "f")
-    flow.output("x_desc", ranked.top_k(k, order_by="x DESC", by=["g"]))
+    flow.output("x_desc", ranked.top_k(k, order_by="`x` DESC", by=["g"]))
     flow.output("p_x", ranked.top_k(k, order_by="p NULLS LAST, x DESC NULLS FIRST",
                                      by=["g"]))
     flow.output("expr", ranked.top_k(k, order_by="x + h, d DESC", by=["g", "h"]))
-    flow.output("global", s.top_k(k, order_by="d DESC, f"))
+    flow.output("global", s.top_k(k, order_by="`d` DESC, f"))
     flow.output("double", s.top_k(k, order_by="f DESC NULLS FIRST", by=["h"]))
     flow.output("of_a_sum", ranked.sum("p", by=["g", "h"]).top_k(
         k, order_by="p DESC", by=["g"]))

@@ -16,7 +16,7 @@ raises NoCode: the step then runs on Spark, never with a wrong code.
 """
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import lru_cache, wraps
 
 import numpy as np
 import pyarrow as pa
@@ -38,7 +38,28 @@ def arrow_type(kind: DataType) -> pa.DataType:
     return to_arrow_type(kind)
 
 
-@lru_cache(maxsize=1024)
+def per_schema(work):
+    """`work(schema)` remembered per StructType: by the object first (a dict lookup; the entry
+    holds the object, so its id is not reused while cached), then by value (a schema built
+    afresh per call, such as updates_schema(...)'s, costs hashing its fields, about 14 us for
+    16)."""
+    by_value, seen = lru_cache(maxsize=1024)(work), {}
+
+    @wraps(work)
+    def remembered(schema):
+        hit = seen.get(id(schema))
+        if hit is not None and hit[0] is schema:
+            return hit[1]
+        out = by_value(schema)
+        if len(seen) >= 1024:
+            seen.clear()
+        seen[id(schema)] = (schema, out)
+        return out
+
+    return remembered
+
+
+@per_schema
 def arrow_schema(schema: StructType) -> pa.Schema:
     """Spark's Arrow schema for `schema`, remembered: pyspark builds it field by field, about
     10 us a field, and a driver step asks for the same few schemas at every operator."""

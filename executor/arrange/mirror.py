@@ -30,7 +30,7 @@ from executor.arrange.encoding import arrow_schema
 from executor.arrange.remote import Remote, encoded
 from executor.arrange.spine import Spine
 from executor.time import DIFF, TIME
-from gpu_kernels import consolidate, equal_range, neighbours, to_numpy
+from gpu_kernels import consolidate, equal_range, spans, to_numpy
 
 
 @dataclass(frozen=True)
@@ -184,7 +184,7 @@ class Mirror:
             if superset and 2 * int(xp.sum(hi - lo)) >= run.size:
                 parts.append(run)
                 continue
-            _, rows = neighbours(xp, xp.arange(run.size, dtype=xp.int64), lo, hi)
+            _, rows = spans(xp, lo, hi)
             parts.append(Run(tuple(xp.take(c, rows) for c in run.cols), xp.take(run.t, rows),
                              xp.take(run.d, rows)))
         return self._concat_all(parts)

@@ -13,6 +13,8 @@ sends here only the keys their totals cannot decide.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.pandas.types import from_arrow_type
@@ -23,8 +25,8 @@ from executor.arrange.encoding import (NULL_CODE, NoCode, arrow_schema, arrow_ty
                                        float_values, order_keys, ordered, rank)
 from executor.operators.linear import expressions
 from executor.time import DIFF, TIME
-from gpu_kernels import (DiffOverflow, consolidate, group_starts, multiply_diffs, neighbours,
-                         running_segments, sort_by, sum_segments, to_numpy)
+from gpu_kernels import (DiffOverflow, consolidate, group_starts, multiply_diffs, running_segments,
+                         sort_by, spans, sum_segments, to_numpy)
 from plans import ir
 from plans.reduce_kernel import call_reduce_kernel
 
@@ -63,7 +65,7 @@ def delta(step, node: ir.Reduce, view, ready, held=None):
     first = xp.searchsorted(times, xp.maximum(t, xp.asarray(step.lower - 1)), side="left")
     lo = xp.searchsorted(gcode, kid * n_times + first, side="left")
     hi = xp.searchsorted(gcode, kid * n_times + n_times, side="left")
-    row, grid = neighbours(xp, xp.arange(gk.shape[0], dtype=xp.int64), lo, hi)
+    row, grid = spans(xp, lo, hi)
 
     # each (key, grid time)'s accumulated multiset: rows sorted by (grid entry, record)
     acc, m = consolidate(xp, [grid, *[xp.take(c, row) for c in cols]], xp.take(d, row))
@@ -258,6 +260,7 @@ def order_columns(step, acc: dict, kinds: dict, records: list, order: tuple,
     STRING): the values' dense ranks among these records where `ranks`, else None is
     returned (no column that other records could be compared by)."""
     xp = step.xp
+    order = [(_named(e, acc), descending, nulls) for e, descending, nulls in order]
     computed = iter(expression_values(step, acc, kinds, records,
                                       [e for e, _, _ in order if e not in acc]))
     out = []
@@ -282,6 +285,18 @@ def order_columns(step, acc: dict, kinds: dict, records: list, order: tuple,
         out.append(xp.where(null, zero, one) if nulls_first else xp.where(null, one, zero))
         out.append(xp.where(null, zero, xp.bitwise_invert(codes) if descending else codes))
     return out
+
+
+_QUOTED = re.compile(r"`((?:[^`]|``)+)`")
+
+
+def _named(expr: str, acc: dict) -> str:
+    """The column a quoted name (`revenue`, as the SQL front end writes an ORDER BY column)
+    reads, when the records have it; else the expression as it is. Its codes are then read
+    as they are, not decoded, evaluated and coded again."""
+    quoted = _QUOTED.fullmatch(expr.strip())
+    name = quoted.group(1).replace("``", "`") if quoted else None
+    return name if name in acc else expr
 
 
 def _count(step, node, g, acc, m, kinds, records, schema):

@@ -28,7 +28,7 @@ from executor.operators.linear.spark import q, record_columns
 from executor.operators.reduce.keyed import conjunction, equality
 from executor.operators.reduce.spark import M, output
 from executor.time import DIFF
-from gpu_kernels import consolidate as consolidate_arrays, group_starts, neighbours, sort_by
+from gpu_kernels import consolidate as consolidate_arrays, group_starts, sort_by, spans
 from plans import ir
 
 GE, GI, NE, NI = "__ge", "__gi", "__ne", "__ni"
@@ -156,8 +156,7 @@ def delta_in_scope(step, node: ir.Reduce, view):
     b0 = xp.take(kept_before, _ids(xp, [kid, it], n)) - xp.take(i0, kid)
     width = xp.take(ni, kid) - b0
     count = (xp.take(ne, kid) - a0) * width
-    row, j = neighbours(xp, xp.arange(int(xp.max(count)), dtype=xp.int64),
-                        xp.zeros_like(count), count)
+    row, j = spans(xp, xp.zeros_like(count), count)
     w = xp.take(width, row)
     r_kid = xp.take(kid, row)
     cell = xp.take(first_cell, r_kid) + (xp.take(a0, row) + j // w) * xp.take(ni, r_kid) \

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 from executor.arrange.mirror import Mirror, Run
 from executor.operators.reduce import driver as reduce_driver
-from gpu_kernels import consolidate, equal_range, group_starts, neighbours, sort_by
+from gpu_kernels import consolidate, equal_range, group_starts, sort_by, spans
 from gpu_kernels.intersect import lower_bound
 from plans import ir
 
@@ -88,7 +88,7 @@ def delta(step, node: ir.Reduce, view, ready):
                              tuple(xp.take(k, firsts) for k in keys[:nkeys]))
     width = 2 * len(red.order)
     stop = _tied(xp, index.keys[:nkeys + width], lo, xp.minimum(hi, lo + red.k + touched), hi)
-    _, rows = neighbours(xp, xp.arange(size, dtype=xp.int64), lo, stop)
+    _, rows = spans(xp, lo, stop)
     rows = xp.take(rows, xp.nonzero(xp.logical_not(_among(xp, rows, gone)))[0])
     record = list(index.keys[:nkeys]) + list(index.keys[nkeys + width:])
     history = old.keyed_by(len(old.columns)).rows(recs)
@@ -140,10 +140,19 @@ def _tied(xp, ranked: tuple, lo, stop, hi):
     some = xp.nonzero(stop > lo)[0]
     if not some.shape[0]:
         return stop
-    last = xp.take(stop, some) - 1
-    _, end = equal_range(xp, ranked, last, xp.take(hi, some),
-                         tuple(xp.take(k, last) for k in ranked))
-    stop[some] = end
+    last, end = xp.take(stop, some) - 1, xp.take(hi, some)
+    # most rows have no tie: one comparison with the next row leaves their stop as it is,
+    # and only runs of ties are searched for their end (log2 of the group's length steps)
+    tied = last + 1 < end
+    after = xp.minimum(last + 1, end - 1)
+    for k in ranked:
+        tied = xp.logical_and(tied, xp.take(k, after) == xp.take(k, last))
+    ties = xp.nonzero(tied)[0]
+    if ties.shape[0]:
+        first = xp.take(last, ties)
+        _, far = equal_range(xp, ranked, first, xp.take(end, ties),
+                             tuple(xp.take(k, first) for k in ranked))
+        stop[xp.take(some, ties)] = far
     return stop
 
 

@@ -224,7 +224,7 @@ BENCHMARKS = (
           "DuckDB and Spark SQL recomputing each query (tables loaded, cached)",
           "DuckDB, Spark SQL"),
     Bench("tpch_sf1", ("--scale", "0.01", "--steps", "2", "--queries", "q01,q06", *SMOKE_CONF),
-          ("--scale", "1", "--steps", "3", "--queries", "q01,q03,q06,q13,q14", "--conf",
+          ("--scale", "1", "--steps", "5", "--queries", "q01,q03,q06,q13,q14", "--conf",
            "spark.driver.memory=8g"),
           "DuckDB and Spark SQL recomputing each query (tables loaded, cached)",
           "DuckDB, Spark SQL", script="tpch"),

@@ -53,6 +53,7 @@ MODELS: dict[str, Model] = {
     "build_csr": Model(2, 2, what="group starts of sorted sources, offsets"),
     "row_ranges": Model(1, 4, search="q", what="binary search of each key among CSR keys"),
     "neighbours": Model(2, 4, search="q", what="ranges, then one write per neighbour"),
+    "spans": Model(2, 3, what="prefix sum of counts, then one position per output row"),
     "contains": Model(1, 4, search="q", what="binary search in each range"),
     "lower_bound": Model(1, 4, search="q", what="binary search in each range"),
     "equal_range": Model(2, 8, search="q", what="two binary searches in each range"),

@@ -163,12 +163,14 @@ def run_spark_sql(args, names: Sequence[str]) -> dict:
             rows = spark.sql(text).collect()
             out[n]["seconds"].append(time.perf_counter() - started)
             out[n]["digests"].append(digest(tuple(r) for r in rows))
-    load(refresh.tables)
-    for _ in range(args.steps):
-        refresh.step(orders)
+    try:
         load(refresh.tables)
-    spark.stop()
-    shutil.rmtree(folder, ignore_errors=True)
+        for _ in range(args.steps):
+            refresh.step(orders)
+            load(refresh.tables)
+    finally:  # the tables' Parquet files are left behind otherwise
+        spark.stop()
+        shutil.rmtree(folder, ignore_errors=True)
     return {"queries": out}
 
 

@@ -3,6 +3,7 @@
 Kernels take `xp` as their first argument so one source runs on numpy (CPU), cupy (GPU) and
 array_api_strict (tests: it refuses anything outside the standard that cupy may lack).
 """
+import functools
 import types
 
 import array_api_compat
@@ -40,9 +41,11 @@ _NATIVE = ("arange", "asarray", "cumulative_sum", "empty", "full", "full_like",
            "iinfo", "nonzero", "ones", "ones_like", "zeros", "zeros_like")
 
 
+@functools.cache
 def _host():
     """array_api_compat.numpy with numpy's own functions where the wrapper only adds checks:
-    a wrapper costs microseconds a call, and a driver step makes thousands of calls."""
+    a wrapper costs microseconds a call, and a driver step makes thousands of calls. Built at
+    the first ask, as the plain import was (array_api_compat.numpy takes ~0.2 s to import)."""
     import array_api_compat.numpy as compat
 
     xp = types.ModuleType(compat.__name__)
@@ -51,13 +54,10 @@ def _host():
     return xp
 
 
-_HOST = _host()
-
-
 def namespace(name):
     """The array namespace for "numpy", "cupy", "strict" or "auto" (cupy if a GPU is visible)."""
     if name == "numpy":
-        return _HOST
+        return _host()
     if name == "cupy":
         return _cupy()
     if name == "strict":

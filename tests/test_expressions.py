@@ -462,6 +462,27 @@ def test_lateral_aliases_resolve_as_in_spark(spark):
     assert _rows(got.select(list(range(5)))) == _rows(want)
 
 
+@pytest.mark.parametrize("stages, projection", [
+    ((ir.Map(("a", "s AS t", "A AS a2")),), [2, 7, 2]),  # case-folded, a column twice
+    ((ir.Map(("b AS z", "z AS w")),), [3, 3]),  # a lateral alias of a column
+    ((ir.Map(("p", "s")), ir.Map(("s AS u", "p"))), [7, 5]),  # composed
+    ((ir.Map(("a", "b")), ir.Negate(), ir.Map(("b",))), None),  # diffs change
+    ((ir.Map(("a + 1 AS c",)),), None),  # computed
+    ((ir.Map(("a", "time AS t")),), None),  # a time is no record column
+    ((ir.Map(("a", "b")), ir.Filter("a > b")), None),
+])
+def test_projection_names_the_columns_a_chain_selects(stages, projection):
+    """Compiled.projection, which the driver runs on codes instead of the steps, is exactly
+    the columns the steps would select."""
+    compiled = compile_stages(stages, SCHEMA)
+    assert compiled.projection == projection
+    if projection is not None:
+        table = random_table(random.Random(5), 40, min_diff=0.0)
+        got = compiled(table)
+        assert [c.to_pylist() for c in got.columns[:len(projection)]] == \
+            [table.column(i).to_pylist() for i in projection]
+
+
 def test_session_settings_that_change_an_answer_are_not_compiled_away():
     """Decimal results above 38 digits follow allowPrecisionLoss, and to_json's text
     ignoreNullFields: set otherwise, the expression is left to Catalyst."""

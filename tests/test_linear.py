@@ -52,6 +52,11 @@ def linear_flow() -> Dataflow:
                           "named_struct('a', a * 2, 'lo', lo, 'hi', hi, 'w', w))")
                 .explode("array(named_struct('a', a, 'lo', lo, 'hi', hi, 'diff', w))")
                 .temporal_filter(lower="lo", upper="hi"))
+    # selections and renames only: run on the driver's codes (linear/driver._projected)
+    flow.output("renames", ev.filter("b IS NOT NULL").consolidate()
+                .map("b AS x", "a", "A AS a2").map("x", "a2 AS a", "x AS y")
+                .join_function(kernel=evens, schema="a BIGINT, y BIGINT")
+                .map("y AS v", "a"))
     return flow
 
 

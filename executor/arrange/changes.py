@@ -42,6 +42,14 @@ class Coded(Sequence):
             self._codes[i] = self._xp.asarray(codes)
         return self._codes[i]
 
+    def select(self, positions: list[int], schema: StructType) -> "Coded":
+        """The columns at `positions` (codes made so far kept) as records of `schema`."""
+        n = len(self._codes)
+        table = self._table.select([*positions, *range(n, self._table.num_columns)])
+        out = Coded(table, schema, self._encoder, self._xp)
+        out._codes = [self._codes[i] for i in positions]
+        return out
+
 
 @dataclass
 class Changes:
@@ -94,6 +102,15 @@ class Changes:
     @property
     def size(self) -> int:
         return int(self.t.shape[0])
+
+    def select(self, positions: list[int], schema: StructType) -> "Changes":
+        """The record columns at `positions` (a projection), as records of `schema`."""
+        cols = self.cols.select(positions, schema) if isinstance(self.cols, Coded) else \
+            [self.cols[i] for i in positions]
+        n = len(self.names)
+        arrow = None if self.arrow is None else \
+            self.arrow.select([*positions, *range(n, self.arrow.num_columns)])
+        return Changes(schema, cols, self.t, self.d, list(self.inner), arrow=arrow)
 
     def take(self, xp, rows) -> "Changes":
         return Changes.of(self.schema, [xp.take(c, rows) for c in self.cols],

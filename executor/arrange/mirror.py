@@ -181,7 +181,10 @@ class Mirror:
             hi = xp.searchsorted(run.cols[0], asked[0], side="right")
             if width > 1:
                 lo, hi = equal_range(xp, run.cols[1:width], lo, hi, tuple(asked[1:]))
-            if superset and 2 * int(xp.sum(hi - lo)) >= run.size:
+            found = int(xp.sum(hi - lo))
+            if not found:
+                continue
+            if superset and 2 * found >= run.size:
                 parts.append(run)
                 continue
             _, rows = spans(xp, lo, hi)
@@ -194,7 +197,9 @@ class Mirror:
         if not runs:
             empty = xp.zeros(0, dtype=xp.int64)
             return Run(tuple(empty for _ in self.columns), empty, empty)
-        run = reduce(partial(_concat, xp), runs)
+        run = runs[0] if len(runs) == 1 else \
+            Run(*(tuple(xp.concat(parts) for parts in zip(*(r.cols for r in runs))),
+                  xp.concat([r.t for r in runs]), xp.concat([r.d for r in runs])))
         if self.upper is None:
             return run
         rows = xp.nonzero(run.t < self.upper)[0]

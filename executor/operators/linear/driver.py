@@ -7,9 +7,10 @@ from itertools import groupby
 from typing import Optional
 
 import pyarrow as pa
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructField, StructType
 
 from executor.arrange.changes import Changes, Unsupported, updates_schema
+from executor.arrange.encoding import arrow_schema
 from executor.arrange.spine import local_rows
 from executor.operators.linear import expressions, kernels, spark as linear
 from executor.time import TIME
@@ -25,19 +26,50 @@ def apply(step, node: ir.Linear, source=None, schema: Optional[StructType] = Non
     value = step.changes(node.input) if source is None else source
     if isinstance(value, Changes) and not value.size:  # no update in, none out
         return step.empty(schema or step.runner.node_schemas[node])
+    schema, done = schema or step.runner.node_schemas[node], 0
     for is_kernel, run in groupby(node.stages, key=lambda s: isinstance(s, ir.Kernel)):
-        run, table = tuple(run), table_of(step, value)
+        run = tuple(run)
+        done += len(run)
+        table = None if isinstance(value, Changes) else table_of(step, value)
         if is_kernel:
-            value = _kernels(step, table, run)
+            value = _kernels(step, table_of(step, value) if table is None else table, run)
             continue
         try:
-            value = expressions.compile_stages(run, table.schema,
-                                               conf=step.runner.conf)(table)
+            compiled = expressions.compile_stages(
+                run, arrow_schema(value.schema) if table is None else table.schema,
+                conf=step.runner.conf)
+            selected = _projected(value, compiled,
+                                  schema if done == len(node.stages) else None)
+            if selected is not None:
+                value = selected
+                continue
+            table = table_of(step, value) if table is None else table
+            value = compiled(table)
         except (expressions.NotCompiled, expressions.Fallback):
+            table = table_of(step, value) if table is None else table
             value = linear.apply(step.spark.createDataFrame(table), run, [TIME],
                                  step.runner.backend)
-    return step.encoded(value, schema or step.runner.node_schemas[node]) \
-        if isinstance(value, pa.Table) else value
+    return step.encoded(value, schema) if isinstance(value, pa.Table) else value
+
+
+def _projected(value, compiled: expressions.Compiled, schema: Optional[StructType]
+               ) -> Optional[Changes]:
+    """A chain that only selects and renames columns, run on the codes: no decoding and
+    coding again (a plan's chains are often such: a join's key columns, a view's names).
+    `schema` is the node's (None inside a chain: the input's types, the chain's names).
+    None where the chain computes something, or the updates are not Changes."""
+    positions = compiled.projection
+    if positions is None or not isinstance(value, Changes):
+        return None
+    fields, k = value.schema.fields, len(value.names)
+    if schema is None:
+        schema = StructType([StructField(name, fields[i].dataType, fields[i].nullable)
+                             for name, i in zip(compiled.schema.names, positions)]
+                            + fields[k:])
+    elif [f.dataType for f in schema.fields[:len(positions)]] != \
+            [fields[i].dataType for i in positions]:
+        return None
+    return value.select(positions, schema)
 
 
 def _kernels(step, table: pa.Table, run: tuple) -> pa.Table:

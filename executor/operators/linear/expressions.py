@@ -110,6 +110,7 @@ class Expr:
     is_literal: bool = False
     suffixed: bool = False  # `1L` or CAST(1 AS BIGINT): sqlglot parses both alike, Spark
     #                         types them apart in decimal arithmetic (a literal or not)
+    column: Optional[int] = None  # the input column it reads as is, if it is one
 
 
 def _const(value, t) -> Expr:
@@ -237,6 +238,7 @@ class _Compiler:
         self.session = session
         self.lateral: dict = {}  # lower-case name -> (name, Expr) of the projection so far
         self.columns = {}
+        self.types = schema.types
         for i, f in enumerate(schema):
             key = f.name.lower()
             self.columns[key] = None if key in self.columns else (i, f.name, _input_type(f.type))
@@ -261,7 +263,8 @@ class _Compiler:
         if entry is None or entry == "missing":
             raise NotCompiled(f"column {node.name!r} is ambiguous or missing")
         i, name, t = entry
-        return name, Expr(t, lambda tbl: _as(_arr(tbl.column(i)), t))
+        return name, Expr(t, lambda tbl: _as(_arr(tbl.column(i)), t),
+                          column=i if t == self.types[i] else None)
 
     def alias(self, name: str, e: Expr) -> None:
         """A projection's output, which its later expressions may name (Spark's lateral
@@ -1102,10 +1105,15 @@ class Compiled:
     """A compiled chain of stages: `schema` is its output (records, time, diff) with
     Spark's types; calling it on an input table of the compiled schema gives the output."""
 
-    def __init__(self, schema: pa.Schema, steps: list[Step], input_schema: pa.Schema):
+    def __init__(self, schema: pa.Schema, steps: list[Step], input_schema: pa.Schema,
+                 projection: Optional[list[int]] = None):
         self.schema = schema
         self._steps = steps
         self._input = input_schema
+        # when every stage is a Map of columns as they are: the input column each output
+        # record column is, so that a caller holding the columns in another form (the
+        # driver's codes) selects them instead of running the steps
+        self.projection = projection
 
     def __call__(self, table: pa.Table) -> pa.Table:
         if table.schema.types != self._input.types or table.schema.names != self._input.names:
@@ -1145,6 +1153,7 @@ def _compile(stages, schema: pa.Schema, time_col: str, session: "Session") -> Co
             or schema.field(-1).type != pa.int64() or not _integral(schema.field(-2).type):
         raise NotCompiled(f"input schema does not end with {time_col}, diff BIGINT")
     steps, current = [], schema
+    projection = list(range(len(schema) - 2))
     for stage in stages:
         builder = _STAGES.get(type(stage))
         if builder is None:
@@ -1152,7 +1161,10 @@ def _compile(stages, schema: pa.Schema, time_col: str, session: "Session") -> Co
         step, current = builder(stage, current, time_col, session)
         ir.check_stage_columns(current.names, [time_col], stage)
         steps.append(step)
-    return Compiled(current, steps, schema)
+        sources = getattr(step, "columns", None)
+        projection = None if projection is None or sources is None else \
+            [projection[i] for i in sources]
+    return Compiled(current, steps, schema, projection)
 
 
 def _map(stage: ir.Map, schema: pa.Schema, time_col, session):
@@ -1179,6 +1191,8 @@ def _map(stage: ir.Map, schema: pa.Schema, time_col, session):
     def step(tbl: pa.Table) -> pa.Table:
         cols = [_arr(e.fn(tbl)) for _, e in outs] + [tbl.column(n_in - 2), tbl.column(n_in - 1)]
         return pa.Table.from_arrays(cols, schema=out_schema)
+    if all(e.column is not None and e.column < n_in - 2 for _, e in outs):  # a projection
+        step.columns = [e.column for _, e in outs]
     return step, out_schema
 
 

@@ -312,6 +312,32 @@ def test_mirror_rows_equal_brute_force(xp, batches, asked, nkeys):
     assert advanced(rows) == advanced(r for r in held if wanted is None or r[:nkeys] in wanted)
 
 
+EXTREME = [-2 ** 63, -2 ** 62, -1, 0, 2, 2 ** 62, 2 ** 63 - 1]
+
+
+@settings(max_examples=25, deadline=None)
+@given(batches=st.lists(st.lists(st.tuples(
+    st.sampled_from(EXTREME), st.sampled_from(EXTREME), st.integers(0, 2), st.just(1)),
+    max_size=8), min_size=1, max_size=4),
+    asked=st.lists(st.tuples(st.sampled_from(EXTREME), st.sampled_from(EXTREME)), max_size=5))
+def test_mirror_rows_over_extreme_codes(xp, batches, asked):
+    """Two-column lookups whose ranges cannot pack into one word (the null code, int64's
+    ends) search column by column; those that can, by the packed prefix: both find exactly
+    the asked rows, an asked tuple outside a run's ranges none."""
+    from executor.arrange.mirror import Mirror, run_of
+
+    mirror, held = Mirror(xp, ["a", "b"], 2), []
+    for batch in batches:
+        cols = [i64(xp, [r[j] for r in batch]) for j in range(4)]
+        mirror = mirror.appended(run_of(xp, cols[:2], cols[2], cols[3]), -1)
+        held += batch
+    got = mirror.rows([i64(xp, [k[j] for k in asked]) for j in range(2)])
+    rows = zip(*(host(xp, c) for c in (*got.cols, got.t, got.d)))
+    wanted = set(asked)
+    assert consolidate([((a, b), t, d) for a, b, t, d in rows]) == \
+        consolidate([((a, b), t, d) for a, b, t, d in held if (a, b) in wanted])
+
+
 def test_member(xp):
     from executor.operators.reduce.product import _member
 

@@ -19,7 +19,7 @@ against a trace too big to hold on the driver thus costs its lookups, not the st
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial, reduce
 
 import pyarrow as pa
@@ -40,10 +40,27 @@ class Run:
     cols: tuple
     t: object
     d: object
+    # per prefix width, the prefix packed into one int64 word (`prefix`), made at the
+    # first lookup: a run is never changed, and the big ones are searched at every step
+    packed: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def size(self) -> int:
         return int(self.t.shape[0])
+
+    def prefix(self, xp, width: int):
+        """(word, lows, highs): the first `width` columns as one int64 per row, in mixed
+        radix of offsets from each column's least value, so that words order and equal
+        rows as the columns do; None where the columns' ranges multiply past 2**63."""
+        if width not in self.packed:
+            lows = [int(xp.min(c)) for c in self.cols[:width]]
+            highs = [int(xp.max(c)) for c in self.cols[:width]]
+            total = 1
+            for low, high in zip(lows, highs):
+                total *= high - low + 1
+            self.packed[width] = None if total >= 2 ** 63 else \
+                (_packed(xp, self.cols[:width], lows, highs), lows, highs)
+        return self.packed[width]
 
 
 def run_of(xp, cols, t, d, since: int | None = None) -> Run:
@@ -110,8 +127,10 @@ class Mirror:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the runs' arrays on the driver: (columns + time + diff) x 8 per update."""
-        return sum(int(a.nbytes) for _, r in self.spine.batches for a in (*r.cols, r.t, r.d))
+        """Bytes of the runs' arrays on the driver: (columns + time + diff) x 8 per update,
+        and the packed prefixes lookups made (Run.prefix)."""
+        return sum(int(a.nbytes) for _, r in self.spine.batches for a in (
+            *r.cols, r.t, r.d, *(p[0] for p in r.packed.values() if p is not None)))
 
     def appended(self, run: Run, since: int) -> "Mirror":
         """A new mirror with `run` added; merges advance times below `since`."""
@@ -177,10 +196,9 @@ class Mirror:
             runs.insert(0, run_of(xp, *self.remote.fetched(self, asked)))
         parts = []
         for run in runs:
-            lo = xp.searchsorted(run.cols[0], asked[0], side="left")
-            hi = xp.searchsorted(run.cols[0], asked[0], side="right")
-            if width > 1:
-                lo, hi = equal_range(xp, run.cols[1:width], lo, hi, tuple(asked[1:]))
+            if not run.size:
+                continue
+            lo, hi = _found(xp, run, asked)
             found = int(xp.sum(hi - lo))
             if not found:
                 continue
@@ -205,6 +223,38 @@ class Mirror:
         rows = xp.nonzero(run.t < self.upper)[0]
         return Run(tuple(xp.take(c, rows) for c in run.cols), xp.take(run.t, rows),
                    xp.take(run.d, rows))
+
+
+def _found(xp, run: Run, asked: list):
+    """(lo, hi): the rows of `run` whose first len(asked) columns equal each asked tuple.
+    Over several columns, two binary searches of the run's packed prefix (Run.prefix),
+    else a lockstep search column by column (equal_range)."""
+    width = len(asked)
+    packed = run.prefix(xp, width) if width > 1 else None
+    if packed is None:
+        lo = xp.searchsorted(run.cols[0], asked[0], side="left")
+        hi = xp.searchsorted(run.cols[0], asked[0], side="right")
+        return (lo, hi) if width == 1 else \
+            equal_range(xp, run.cols[1:width], lo, hi, tuple(asked[1:]))
+    word, lows, highs = packed
+    inside = xp.ones(asked[0].shape, dtype=xp.bool)
+    for a, low, high in zip(asked, lows, highs):  # a tuple outside the ranges is in no row
+        inside = xp.logical_and(inside, xp.logical_and(a >= low, a <= high))
+    key = xp.where(inside, _packed(xp, asked, lows, highs), xp.zeros_like(asked[0]))
+    lo = xp.searchsorted(word, key, side="left")
+    hi = xp.searchsorted(word, key, side="right")
+    return lo, xp.where(inside, hi, lo)
+
+
+def _packed(xp, cols, lows: list, highs: list):
+    """Columns as one int64 each row: offsets from `lows` in the mixed radix of the ranges
+    (meaningful only for rows within them; others may wrap)."""
+    word = None
+    for c, low, high in zip(cols, lows, highs):
+        offset = c - xp.asarray(low, dtype=xp.int64)
+        word = offset if word is None else \
+            word * xp.asarray(high - low + 1, dtype=xp.int64) + offset
+    return word
 
 
 def _compacted(xp, since: int, run: Run, _size: int) -> tuple[Run, int]:

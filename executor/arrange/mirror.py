@@ -215,9 +215,7 @@ class Mirror:
         if not runs:
             empty = xp.zeros(0, dtype=xp.int64)
             return Run(tuple(empty for _ in self.columns), empty, empty)
-        run = runs[0] if len(runs) == 1 else \
-            Run(*(tuple(xp.concat(parts) for parts in zip(*(r.cols for r in runs))),
-                  xp.concat([r.t for r in runs]), xp.concat([r.d for r in runs])))
+        run = _concat(xp, *runs)
         if self.upper is None:
             return run
         rows = xp.nonzero(run.t < self.upper)[0]
@@ -262,6 +260,9 @@ def _compacted(xp, since: int, run: Run, _size: int) -> tuple[Run, int]:
     return merged, merged.size
 
 
-def _concat(xp, a: Run, b: Run) -> Run:
-    return Run(tuple(xp.concat([x, y]) for x, y in zip(a.cols, b.cols)),
-               xp.concat([a.t, b.t]), xp.concat([a.d, b.d]))
+def _concat(xp, *runs: Run) -> Run:
+    """The runs' updates one after another (each column concatenated once)."""
+    if len(runs) == 1:
+        return runs[0]
+    return Run(tuple(xp.concat(list(c)) for c in zip(*(r.cols for r in runs))),
+               xp.concat([r.t for r in runs]), xp.concat([r.d for r in runs]))

@@ -9,6 +9,8 @@ from .diffs import sum_segments
 
 
 def _sortable(xp, key):
+    if key.dtype == xp.int64:  # codes, times and diffs: the common case, decided at once
+        return key
     return xp.astype(key, xp.uint8) if xp.isdtype(key.dtype, "bool") else key
 
 
@@ -48,7 +50,7 @@ def _argsort(xp, word, span):
 
 
 def _packable(xp, key) -> bool:
-    return xp.isdtype(key.dtype, "signed integer") or (
+    return key.dtype == xp.int64 or xp.isdtype(key.dtype, "signed integer") or (
         xp.isdtype(key.dtype, "unsigned integer") and xp.iinfo(key.dtype).bits < 64)
 
 
@@ -103,7 +105,7 @@ def group_starts(xp, sorted_keys):
     for key in sorted_keys:
         prev, cur = key[:-1], key[1:]
         differs = prev != cur
-        if xp.isdtype(key.dtype, "real floating"):
+        if key.dtype != xp.int64 and xp.isdtype(key.dtype, "real floating"):
             differs = xp.logical_and(differs, xp.logical_not(xp.isnan(prev) & xp.isnan(cur)))
         new = xp.logical_or(new, differs)
     first = xp.ones(1, dtype=xp.bool)

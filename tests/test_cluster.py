@@ -1,4 +1,4 @@
-"""A real multi-process Spark cluster: a standalone master and one worker on 127.0.0.1 from
+"""A real multi-process Spark cluster: a standalone master and two workers on 127.0.0.1 from
 the pinned pip pyspark, jobs sent with `spark-submit --master spark://...` and the project's
 code shipped as `--py-files` (a zip of executor/, plans/, gpu_kernels/; the executors have no
 other copy of it). Results must equal local mode and a count known independently.
@@ -22,6 +22,7 @@ import pytest
 from conftest import ROOT
 
 PACKAGES = ("executor", "plans", "gpu_kernels")
+WORKERS = ("worker1", "worker2")
 EXAMPLE_PLAN = ROOT / "plans" / "examples" / "copies.py"  # an array kernel (mapInArrow)
 SUBMIT_TIMEOUT = 300  # a loaded 2-core machine: JVM starts take tens of seconds
 
@@ -42,7 +43,8 @@ def ship_zip(dest: Path) -> Path:
 
 
 class Cluster:
-    """A standalone master and worker started with spark-class; stop() ends both groups."""
+    """A standalone master and two workers started with spark-class; stop() ends every
+    group."""
 
     def __init__(self, base: Path):
         import pyspark
@@ -78,11 +80,12 @@ class Cluster:
         self._daemon("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                                 "--port", port, "--webui-port", str(free_port())],
                      "I have been elected leader")
-        self._daemon("worker", ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                                "--cores", "2", "--memory", "2g",
-                                "--webui-port", str(free_port()),
-                                "--work-dir", str(self.base / "work"), self.url],
-                     "Successfully registered with master")
+        for worker in WORKERS:
+            self._daemon(worker, ["org.apache.spark.deploy.worker.Worker", "--host",
+                                  "127.0.0.1", "--cores", "2", "--memory", "2g",
+                                  "--webui-port", str(free_port()),
+                                  "--work-dir", str(self.base / "work"), self.url],
+                         "Successfully registered with master")
         return self
 
     def stop(self) -> None:
@@ -98,13 +101,14 @@ class Cluster:
                 except subprocess.TimeoutExpired:
                     continue
 
-    def submit(self, *args: str) -> subprocess.Popen:
+    def submit(self, *args: str, cores: int = 1) -> subprocess.Popen:
         """Start `spark-submit executor/__main__.py ARGS` against this cluster, from a folder
-        outside the repository, with the code shipped as --py-files; one core per job, so
-        two jobs run at once."""
+        outside the repository, with the code shipped as --py-files; `cores` executors of
+        one core each (the master spreads them over the workers), so that jobs of one core
+        run side by side."""
         cmd = [str(self.home / "bin" / "spark-submit"), "--master", self.url,
                "--driver-memory", "1g", "--executor-memory", "768m",
-               "--conf", "spark.cores.max=1", "--conf", "spark.executor.cores=1",
+               "--conf", f"spark.cores.max={cores}", "--conf", "spark.executor.cores=1",
                "--conf", "spark.ui.enabled=false",
                "--py-files", str(self.base / "diffspark.zip"),
                str(ROOT / "executor" / "__main__.py"), *args,
@@ -297,8 +301,9 @@ def test_every_operator_family_steps_on_the_executors_and_equals_the_driver_plac
     """`run` of plans/examples/families.py (linear chains, join, semijoin, antijoin, count,
     sum, min, max, distinct, threshold, top_k, a user kernel, conjunctive queries and an
     iterate, over every column type with nulls) in 2 steps with retractions and
-    diffspark.host.step_rows=0: every step on the Spark placement, whose tasks the worker's
-    executor ran (its log counts them; the driver runs none in a standalone application).
+    diffspark.host.step_rows=0: every step on the Spark placement, with two executors, one on
+    each worker (each worker's log names the one it launched), both of which ran tasks
+    (their logs count them; the driver runs none in a standalone application).
     Every output equals a local run of the same files on the driver placement and the
     reference interpreter."""
     import pyarrow.compute as pc
@@ -319,13 +324,16 @@ def test_every_operator_family_steps_on_the_executors_and_equals_the_driver_plac
     status, out, err = finished(cluster.submit(
         "run", str(FAMILIES), *[f"--input={n}={p}" for n, p in paths.items()],
         "--output", str(tmp_path / "cluster"), "--steps", "2",
-        "--conf", "diffspark.host.step_rows=0", "--conf", "spark.log.level=INFO"),
+        "--conf", "diffspark.host.step_rows=0", "--conf", "spark.log.level=INFO", cores=2),
         timeout=3 * SUBMIT_TIMEOUT)
     assert status == 0, err[-3000:]
     assert "step 2/2" in out
     (app,) = set(apps.iterdir()) - before
     ran = tasks_by_executor(app)
-    assert ran and sum(ran.values()) > 0, ran
+    assert len(ran) == 2 and all(n > 0 for n in ran.values()), ran
+    launched = {w: (cluster.base / f"{w}.log").read_text(errors="replace").count(
+        f"Asked to launch executor {app.name}/") for w in WORKERS}
+    assert launched == {w: 1 for w in WORKERS}, launched
 
     flow = load_plan(str(FAMILIES))
     runner = Runner(flow, conf=conf, spark=spark)

@@ -313,29 +313,33 @@ def test_mirror_rows_equal_brute_force(xp, batches, asked, nkeys):
 
 
 EXTREME = [-2 ** 63, -2 ** 62, -1, 0, 2, 2 ** 62, 2 ** 63 - 1]
+POOLS = (EXTREME, [0, 1, 2, 7], [-3, 40, 2 ** 40])  # ranges too wide to pack, narrow, wide
 
 
-@settings(max_examples=25, deadline=None)
-@given(batches=st.lists(st.lists(st.tuples(
-    st.sampled_from(EXTREME), st.sampled_from(EXTREME), st.integers(0, 2), st.just(1)),
-    max_size=8), min_size=1, max_size=4),
-    asked=st.lists(st.tuples(st.sampled_from(EXTREME), st.sampled_from(EXTREME)), max_size=5))
-def test_mirror_rows_over_extreme_codes(xp, batches, asked):
-    """Two-column lookups whose ranges cannot pack into one word (the null code, int64's
-    ends) search column by column; those that can, by the packed prefix: both find exactly
-    the asked rows, an asked tuple outside a run's ranges none."""
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), width=st.sampled_from([2, 3]))
+def test_mirror_rows_over_extreme_codes(xp, data, width):
+    """Lookups by two or three columns, each of codes from a pool whose range may or may not
+    pack (the null code, int64's ends): by the longest prefix that packs into one word, then
+    column by column, or column by column from the start. Every lookup finds exactly the
+    asked rows, an asked tuple outside a run's ranges none."""
     from executor.arrange.mirror import Mirror, run_of
 
-    mirror, held = Mirror(xp, ["a", "b"], 2), []
+    pools = [data.draw(st.sampled_from(POOLS)) for _ in range(3)]
+    row = st.tuples(*(st.sampled_from(p) for p in pools), st.integers(0, 2), st.just(1))
+    batches = data.draw(st.lists(st.lists(row, max_size=8), min_size=1, max_size=4))
+    asked = data.draw(st.lists(st.tuples(*(st.sampled_from(p) for p in pools[:width])),
+                               max_size=5))
+    mirror, held = Mirror(xp, ["a", "b", "c"], width), []
     for batch in batches:
-        cols = [i64(xp, [r[j] for r in batch]) for j in range(4)]
-        mirror = mirror.appended(run_of(xp, cols[:2], cols[2], cols[3]), -1)
+        cols = [i64(xp, [r[j] for r in batch]) for j in range(5)]
+        mirror = mirror.appended(run_of(xp, cols[:3], cols[3], cols[4]), -1)
         held += batch
-    got = mirror.rows([i64(xp, [k[j] for k in asked]) for j in range(2)])
+    got = mirror.rows([i64(xp, [k[j] for k in asked]) for j in range(width)])
     rows = zip(*(host(xp, c) for c in (*got.cols, got.t, got.d)))
     wanted = set(asked)
-    assert consolidate([((a, b), t, d) for a, b, t, d in rows]) == \
-        consolidate([((a, b), t, d) for a, b, t, d in held if (a, b) in wanted])
+    assert consolidate([(r[:3], r[3], r[4]) for r in rows]) == \
+        consolidate([(r[:3], r[3], r[4]) for r in held if r[:width] in wanted])
 
 
 def test_member(xp):

@@ -114,6 +114,36 @@ def test_a_step_reads_the_totals_it_changes_not_the_groups(spark, conf, monkeypa
         {"k": "b", "count": 2001, "time": 1, "diff": 1}], key=str)
 
 
+def test_groups_that_appear_or_empty_are_decided_without_regrouping(spark, conf, monkeypatch):
+    """A step that brings groups with no update before it, and one that empties groups,
+    decide them from the totals and a lookup of the trace (the key held no update; every
+    record's multiplicity sums to zero): no group is re-evaluated. A group whose weight goes
+    to zero while a record at -1 keeps it non-empty still is, and every step equals the
+    reference on the driver and on Spark."""
+    from executor.operators.reduce import driver as reduce_driver
+
+    regrouped = []
+    real = reduce_driver.delta
+    monkeypatch.setattr(reduce_driver, "delta", lambda step, node, view, ready, held=None: (
+        regrouped.append(ready.size), real(step, node, view, ready, held))[1])
+    load = [_u(0, 1, k=k, g=g, x=g, p=f"{g}.00") for k in "ab" for g in range(3)]
+    stream = load + [
+        _u(1, 1, k="c", x=5, p="5.00"), _u(1, 2, k="é", g=2, x=-5, p="-5.00"),  # new groups
+        *[((u[0], 1, -u[2])) for u in load if u[0][0] == "a"],  # "a" emptied
+        _u(2, 1, k="a", x=4, p="4.00"),  # "a" again: its trace holds cancelled updates
+        _u(3, -1, k="b", g=0, x=0, p="0.00"), _u(3, -1, k="b", g=1, x=1, p="1.00"),
+        _u(3, -1, k="b", g=2, x=2, p="2.00"), _u(3, 1, k="b", g=5), _u(3, -1, k="b", g=6)]
+    flow = Dataflow()
+    s = flow.input("s", S)
+    flow.output("sum_x", s.sum("x", by=["k"]))
+    flow.output("agg", s.aggregate(by=["k"], p="sum(p)", n="count(*)"))
+    cuts = [1, 2, 3, 4]
+    assert all(three_ways(spark, conf, flow, S, stream, cuts, spark_runner=False))
+    # the load decides every group; steps 2 and 3 (new groups, emptied groups, "a" again)
+    # none; step 4's "b" at weight 0 with records at +1 and -1 is regrouped per output
+    assert regrouped == [5, 5], regrouped
+
+
 def test_a_bigint_sum_that_could_overflow_steps_on_spark(spark, conf):
     """A BIGINT sum whose terms add up past 2**62 in absolute value (Spark, with ANSI on,
     may report an overflow whatever the net sum): its step runs on Spark, as before."""

@@ -49,17 +49,21 @@ class Run:
         return int(self.t.shape[0])
 
     def prefix(self, xp, width: int):
-        """(word, lows, highs): the first `width` columns as one int64 per row, in mixed
-        radix of offsets from each column's least value, so that words order and equal
-        rows as the columns do; None where the columns' ranges multiply past 2**63."""
+        """(word, lows, highs): the longest prefix of the first `width` columns whose ranges
+        multiply below 2**63, as one int64 per row in mixed radix of offsets from each
+        column's least value, so that words order and equal rows as the prefix does (its
+        width is len(lows)); None where not even two columns pack."""
         if width not in self.packed:
-            lows = [int(xp.min(c)) for c in self.cols[:width]]
-            highs = [int(xp.max(c)) for c in self.cols[:width]]
-            total = 1
-            for low, high in zip(lows, highs):
+            lows, highs, total = [], [], 1
+            for c in self.cols[:width]:
+                low, high = int(xp.min(c)), int(xp.max(c))
                 total *= high - low + 1
-            self.packed[width] = None if total >= 2 ** 63 else \
-                (_packed(xp, self.cols[:width], lows, highs), lows, highs)
+                if total >= 2 ** 63:
+                    break
+                lows.append(low)
+                highs.append(high)
+            self.packed[width] = None if len(lows) < 2 else \
+                (_packed(xp, self.cols[:len(lows)], lows, highs), lows, highs)
         return self.packed[width]
 
 
@@ -210,6 +214,21 @@ class Mirror:
                              xp.take(run.d, rows)))
         return self._concat_all(parts)
 
+    def holds(self, asked: list):
+        """Per asked tuple (one array per key column), whether some run holds an update of
+        it at any time, `upper` or not: False proves the tuple had no update below `upper`.
+        A mirror with remote batches answers True (only a job could tell)."""
+        xp = self.xp
+        held = xp.zeros(asked[0].shape, dtype=xp.bool) if self.remote is None else \
+            xp.ones(asked[0].shape, dtype=xp.bool)
+        if self.remote is not None or not asked[0].shape[0]:
+            return held
+        for _, run in self.spine.batches:
+            if run.size:
+                lo, hi = _found(xp, run, asked)
+                held = xp.logical_or(held, hi > lo)
+        return held
+
     def _concat_all(self, runs: list[Run]) -> Run:
         xp = self.xp
         if not runs:
@@ -226,7 +245,8 @@ class Mirror:
 def _found(xp, run: Run, asked: list):
     """(lo, hi): the rows of `run` whose first len(asked) columns equal each asked tuple.
     Over several columns, two binary searches of the run's packed prefix (Run.prefix),
-    else a lockstep search column by column (equal_range)."""
+    else of its first column; a lockstep search column by column (equal_range) within
+    those rows for the columns left."""
     width = len(asked)
     packed = run.prefix(xp, width) if width > 1 else None
     if packed is None:
@@ -235,13 +255,15 @@ def _found(xp, run: Run, asked: list):
         return (lo, hi) if width == 1 else \
             equal_range(xp, run.cols[1:width], lo, hi, tuple(asked[1:]))
     word, lows, highs = packed
+    packs = len(lows)
     inside = xp.ones(asked[0].shape, dtype=xp.bool)
     for a, low, high in zip(asked, lows, highs):  # a tuple outside the ranges is in no row
         inside = xp.logical_and(inside, xp.logical_and(a >= low, a <= high))
-    key = xp.where(inside, _packed(xp, asked, lows, highs), xp.zeros_like(asked[0]))
+    key = xp.where(inside, _packed(xp, asked[:packs], lows, highs), xp.zeros_like(asked[0]))
     lo = xp.searchsorted(word, key, side="left")
-    hi = xp.searchsorted(word, key, side="right")
-    return lo, xp.where(inside, hi, lo)
+    hi = xp.where(inside, xp.searchsorted(word, key, side="right"), lo)
+    return (lo, hi) if packs == width else \
+        equal_range(xp, run.cols[packs:width], lo, hi, tuple(asked[packs:]))
 
 
 def _packed(xp, cols, lows: list, highs: list):

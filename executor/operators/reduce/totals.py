@@ -17,9 +17,14 @@ mirror after a step on Spark.
 
 Exact under negative multiplicities (plans/semantics.py `_reduce_group`): a sum's group exists while
 some record has a non-zero multiplicity, and is NULL while no record with a non-null value has one.
-A non-zero weight proves both; a zero weight proves neither (+1 and -1 cancel). So a key whose
-weight is zero before the step or at one of its times (a group that appears, vanishes, or holds only
-nulls) is re-evaluated from its group (driver.py), and only those. An aggregate keeps the weight
+A non-zero weight proves both; a zero weight proves neither (+1 and -1 cancel). A key whose weight
+is zero before the step or at one of its times (a group that appears, vanishes, or holds only
+nulls) is unsure. Most are settled without their groups: a trace holding no update of the key
+before the step proves its group was empty (a new key; `_absent`, a lookup that gathers nothing);
+at a key's one time in the step, its records' multiplicities summed (before the step, and after
+it) prove a group empty or, where its weights are non-zero, present (`_settled`: an emptied
+group, one that comes back). Only the rest are re-evaluated from their groups (driver.py), over
+their history's grid of times. An aggregate keeps the weight
 of all its records (its group's existence) and each sum's, and re-evaluates a key where one is
 zero. A sum over integers also keeps the sum of |x*d| (capped): it bounds what Spark's own sum
 adds up in any order, and once it reaches 2**62 the key is re-evaluated, which sends a sum that
@@ -39,8 +44,9 @@ from executor.arrange.mirror import Mirror, Run, run_of
 from executor.operators.linear.spark import q
 from executor.operators.reduce import driver as reduce_driver, spark_totals
 from executor.time import TIME
-from gpu_kernels import (DiffOverflow, group_starts, multiply_diffs, running_segments, sort_by,
-                         sum_segments)
+from gpu_kernels import (DiffOverflow, consolidate, group_starts, multiply_diffs,
+                         running_segments, sort_by, sum_segments)
+from gpu_kernels.intersect import lower_bound
 from plans import ir
 
 BOUND = 2 ** 62  # totals stay below it; a sum's spread is capped at it
@@ -137,13 +143,16 @@ def delta(step, node: ir.Reduce, view, ready):
     if red.kind == "count":
         return _emitted(xp, schema, now.keys, now.t, [now.now[0]], [now.prev[0]],
                         now.now[0] != 0, now.prev[0] != 0)
-    # sum, aggregate: keys whose group or a sum's weight is ever zero, or whose spread is too
-    # wide, are re-evaluated. Over a trace that held nothing before the step (a load), a
-    # key's first time has no group before it: its zero weights then prove it absent
+    # sum, aggregate: a key whose group or a sum's weight is zero before or after a time of
+    # the step, or whose spread is too wide, is unsure. The trace holding no update of the
+    # key before the step (so always in a load) proves its group empty before (`absent`);
+    # a key of one time in the step may be settled by its records (_settled); the other
+    # unsure keys are re-evaluated over their groups (reduce_driver)
     at = {spec: i for i, spec in enumerate(layout)}
     weights = [at[("weight", c)] for _, k, c in red.value_parts() if k == "sum"] + \
         ([0] if red.kind == "aggregate" else [])
-    absent = now.first if view.old.size == 0 else xp.zeros(now.t.shape, dtype=xp.bool)
+    old = view.old.below(step.lower)
+    absent = _absent(xp, old, now, weights)
     unsure = xp.zeros(now.t.shape, dtype=xp.bool)
     for i in weights:
         before = xp.logical_and(now.prev[i] == 0, xp.logical_not(absent))
@@ -151,19 +160,91 @@ def delta(step, node: ir.Reduce, view, ready):
     for i in range(exact, len(layout)):
         unsure = xp.logical_or(unsure, now.now[i] >= BOUND)
     unsure = now.keys_of(unsure)
+    settled, was, still = _settled(xp, old, batch, now, unsure, weights,
+                                   range(exact, len(layout)))
+    unsure = xp.logical_and(unsure, xp.logical_not(settled))
     sure = xp.logical_not(xp.take(unsure, now.key))
+    # settled groups are present where non-empty, the others where their weights say
+    unsettled = xp.logical_not(xp.take(settled, now.key))
     read = [at[("value" if k == "sum" else "weight", c)] for _, k, c in red.value_parts()]
     for (name, kind, _), i in zip(red.value_parts(), read):
         if kind == "sum":
             reduce_driver.within_precision(xp, node, now.now[i], schema[name].dataType)
     out = _emitted(xp, schema, now.keys, now.t, [now.now[i] for i in read],
-                   [now.prev[i] for i in read], sure, xp.logical_and(sure, xp.logical_not(absent)))
+                   [now.prev[i] for i in read],
+                   xp.logical_and(sure, xp.logical_or(unsettled, xp.take(still, now.key))),
+                   xp.logical_and(xp.logical_and(sure, xp.logical_not(absent)),
+                                  xp.logical_or(unsettled, xp.take(was, now.key))))
     if not bool(xp.any(unsure)):
         return out
     rows = now.updates_of(unsure)
     again = reduce_driver.delta(step, node, view, batch.take(xp, rows))
     return Changes(schema, [xp.concat([a, b]) for a, b in zip(out.cols, again.cols)],
                    xp.concat([out.t, again.t]), xp.concat([out.d, again.d]))
+
+
+def _absent(xp, old: Mirror, now: "_Running", weights: list):
+    """Per kept row, whether it is its key's first in the step and the key's group was
+    empty before it: its weights were zero and `old` (the reduction's input before the step)
+    holds no update of the key. Zero weights alone do not tell (negative multiplicities)."""
+    maybe = now.first
+    for i in weights:
+        maybe = xp.logical_and(maybe, now.prev[i] == 0)
+    rows = xp.nonzero(maybe)[0]
+    if not rows.shape[0] or not old.size:
+        return maybe
+    if not now.keys:  # one group, the whole collection
+        return xp.zeros_like(maybe)
+    absent = xp.zeros_like(maybe)
+    absent[rows] = xp.logical_not(old.holds([xp.take(k, rows) for k in now.keys]))
+    return absent
+
+
+def _settled(xp, old: Mirror, batch, now: "_Running", unsure, weights: list, spreads):
+    """Per key, (settled, before, after): of the `unsure` keys, those with one time in the
+    step whose group, before the step and after it, is either empty (every record's
+    multiplicity sums to zero: the trace's updates before the step, plus the step's after
+    it) or has non-zero weights (so is present, its totals exact), spreads within BOUND;
+    and whether each group is non-empty before and after. A zero weight alone does not
+    tell: records at +1 and -1 cancel in it."""
+    last = xp.concat([now.key[1:] != now.key[:-1], xp.ones(min(1, now.t.shape[0]),
+                                                            dtype=xp.bool)])
+    single = xp.logical_and(now.first, last)
+    maybe = xp.logical_and(single, xp.take(unsure, now.key))
+    for i in spreads:
+        maybe = xp.logical_and(maybe, xp.logical_and(now.now[i] < BOUND, now.prev[i] < BOUND))
+    settled = xp.zeros(unsure.shape, dtype=xp.bool)
+    rows = xp.nonzero(maybe)[0]
+    if not rows.shape[0] or not now.keys:
+        return settled, settled, settled
+    keys = [xp.take(k, rows) for k in now.keys]
+    had = old.rows(keys)
+    mine = xp.zeros(unsure.shape, dtype=xp.bool)
+    mine[xp.take(now.key, rows)] = True
+    fresh = now.updates_of(mine)
+    before = _nonempty(xp, list(had.cols), had.d, keys)
+    after = _nonempty(xp, [xp.concat([h, xp.take(batch.col(c), fresh)])
+                           for h, c in zip(had.cols, old.columns)],
+                      xp.concat([had.d, xp.take(batch.d, fresh)]), keys)
+    ok = xp.ones(rows.shape, dtype=xp.bool)
+    for i in weights:
+        for state, total in ((before, now.prev[i]), (after, now.now[i])):
+            ok = xp.logical_and(ok, xp.logical_or(xp.logical_not(state),
+                                                  xp.take(total, rows) != 0))
+    at = xp.take(now.key, rows)
+    was, still = xp.zeros_like(settled), xp.zeros_like(settled)
+    settled[at], was[at], still[at] = ok, before, after
+    return settled, was, still
+
+
+def _nonempty(xp, cols: list, d, keys: list):
+    """Whether the updates (record columns, keys first; diffs `d`) leave each asked key a
+    record of non-zero multiplicity."""
+    left, _ = consolidate(xp, cols, d)
+    n = keys[0].shape[0]
+    found, _ = lower_bound(xp, tuple(left[:len(keys)]), xp.zeros(n, dtype=xp.int64),
+                           xp.full(n, left[0].shape[0], dtype=xp.int64), tuple(keys))
+    return found
 
 
 def _bounded(xp, node: ir.Reduce, totals: list) -> None:

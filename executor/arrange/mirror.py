@@ -219,10 +219,9 @@ class Mirror:
         it at any time, `upper` or not: False proves the tuple had no update below `upper`.
         A mirror with remote batches answers True (only a job could tell)."""
         xp = self.xp
-        held = xp.zeros(asked[0].shape, dtype=xp.bool) if self.remote is None else \
-            xp.ones(asked[0].shape, dtype=xp.bool)
-        if self.remote is not None or not asked[0].shape[0]:
-            return held
+        if self.remote is not None:
+            return xp.ones(asked[0].shape, dtype=xp.bool)
+        held = xp.zeros(asked[0].shape, dtype=xp.bool)
         for _, run in self.spine.batches:
             if run.size:
                 lo, hi = _found(xp, run, asked)

@@ -24,12 +24,11 @@ before the step proves its group was empty (a new key; `_absent`, a lookup that 
 at a key's one time in the step, its records' multiplicities summed (before the step, and after
 it) prove a group empty or, where its weights are non-zero, present (`_settled`: an emptied
 group, one that comes back). Only the rest are re-evaluated from their groups (driver.py), over
-their history's grid of times. An aggregate keeps the weight
-of all its records (its group's existence) and each sum's, and re-evaluates a key where one is
-zero. A sum over integers also keeps the sum of |x*d| (capped): it bounds what Spark's own sum
-adds up in any order, and once it reaches 2**62 the key is re-evaluated, which sends a sum that
-could overflow to Spark as before. Totals are kept below 2**62 (else the step runs on Spark) so
-merging their updates cannot overflow.
+their history's grid of times. An aggregate keeps the weight of all its records (its group's
+existence) and each sum's, and re-evaluates a key where one is zero. A sum over integers also
+keeps the sum of |x*d| (capped): it bounds what Spark's own sum adds up in any order, and once it
+reaches 2**62 the key is re-evaluated, which sends a sum that could overflow to Spark as before.
+Totals are kept below 2**62 (else the step runs on Spark) so merging their updates cannot overflow.
 """
 from __future__ import annotations
 
@@ -44,8 +43,8 @@ from executor.arrange.mirror import Mirror, Run, run_of
 from executor.operators.linear.spark import q
 from executor.operators.reduce import driver as reduce_driver, spark_totals
 from executor.time import TIME
-from gpu_kernels import (DiffOverflow, consolidate, group_starts, multiply_diffs,
-                         running_segments, sort_by, sum_segments)
+from gpu_kernels import (DiffOverflow, consolidate, group_starts, multiply_diffs, running_segments,
+                         sort_by, sum_segments)
 from gpu_kernels.intersect import lower_bound
 from plans import ir
 
@@ -166,15 +165,15 @@ def delta(step, node: ir.Reduce, view, ready):
     sure = xp.logical_not(xp.take(unsure, now.key))
     # settled groups are present where non-empty, the others where their weights say
     unsettled = xp.logical_not(xp.take(settled, now.key))
+    present = xp.logical_and(sure, xp.logical_or(unsettled, xp.take(still, now.key)))
+    was_present = xp.logical_and(xp.logical_and(sure, xp.logical_not(absent)),
+                                 xp.logical_or(unsettled, xp.take(was, now.key)))
     read = [at[("value" if k == "sum" else "weight", c)] for _, k, c in red.value_parts()]
     for (name, kind, _), i in zip(red.value_parts(), read):
         if kind == "sum":
             reduce_driver.within_precision(xp, node, now.now[i], schema[name].dataType)
     out = _emitted(xp, schema, now.keys, now.t, [now.now[i] for i in read],
-                   [now.prev[i] for i in read],
-                   xp.logical_and(sure, xp.logical_or(unsettled, xp.take(still, now.key))),
-                   xp.logical_and(xp.logical_and(sure, xp.logical_not(absent)),
-                                  xp.logical_or(unsettled, xp.take(was, now.key))))
+                   [now.prev[i] for i in read], present, was_present)
     if not bool(xp.any(unsure)):
         return out
     rows = now.updates_of(unsure)

@@ -259,9 +259,57 @@ def test_identical_arrangements_are_shared_across_outputs():
     assert done.after.state < done.before.state
 
 
+def pruning_flow(seen: bool = False) -> Dataflow:
+    """A filter's column (`w`) and a second copy of the key (`node`), read by nothing above
+    the joins: the maps choosing the output are a chain (as SQL's GROUP BY and outer joins
+    lower), which the e-graph's project_below_join does not see through."""
+    flow = Dataflow()
+    e, w = flow.input("e", E), flow.input("w", W)
+    side = w.filter("w > 0").map("node AS src", "w", "node")
+    inner = e.join(side, on=["src"]).map("src AS g", "src", "dst", "w", "node")
+    flow.output("inner", inner.map("g", "dst + 1 AS d"))
+    outer = e.join(side, on=["src"], how="left").map("src AS g", "src", "dst", "w", "node")
+    flow.output("outer", outer.map("g", "dst").count(by=["g"]))
+    if seen:  # a join whose output columns are the output's: nothing to narrow
+        flow.output("seen", e.join(w.filter("w > 0").map("node AS src", "w"), on=["src"]))
+    return flow
+
+
+def test_columns_nothing_reads_above_a_join_are_not_arranged():
+    from plans.optimizer.columns import columns
+    flow = pruning_flow(seen=True)
+    done = optimize(flow.outputs)
+    assert done.fired.get("prune", 0) > 0
+
+    def arranged(plan, name):
+        return {columns(n, {}) for n in nodes({name: plan[name]}, ir.Arrange)}
+
+    for name in ("inner", "outer"):  # every join's right side keeps its key alone
+        assert ("src", "w", "node") in arranged(flow.outputs, name)
+        assert not any({"w", "node"} & set(cols) for cols in arranged(done.plan, name)), name
+    assert ("src", "w") in arranged(done.plan, "seen")  # the join's output shows `w`
+
+
+def test_chains_drop_only_renames_nothing_later_reads():
+    from plans.optimizer.prune import trimmed
+    m, f = ir.Map, ir.Filter
+    assert trimmed((m(("a", "b AS c", "d")), f("c > 0"), m(("a AS x",)))) == \
+        (m(("a", "b AS c")), f("c > 0"), m(("a AS x",)))
+    # a later expression of the same map reads an alias (Spark's lateral alias)
+    assert trimmed((m(("a", "b AS g", "to_json(struct(`g`)) AS k")), m(("k",))))[0] == \
+        m(("b AS g", "to_json(struct(`g`)) AS k"))
+    assert trimmed((m(("a", "b")), m(("1 AS one",))))[0] == m(("a",))  # never emptied
+    for last in ("*", "a + b"):  # names Spark makes: nothing is known, nothing dropped
+        assert trimmed((m(("a", "b")), m((last,)))) == (m(("a", "b")), m((last,)))
+    # a computed expression stays (it may raise under ANSI), a rename goes
+    assert trimmed((m(("a", "b + 1 AS c", "d AS e")), m(("a AS x",)))) == \
+        (m(("a", "b + 1 AS c")), m(("a AS x",)))
+
+
 def every_rule_flows() -> list[Dataflow]:
     return [fused_flow(), sharing_flow(), *pushdown_flows().values(),
-            *projection_flows().values(), naive_triangles(False), naive_triangles(True)]
+            *projection_flows().values(), naive_triangles(False), naive_triangles(True),
+            pruning_flow()]
 
 
 @settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
@@ -271,7 +319,7 @@ def test_optimized_plans_match_the_reference(spark, inputs):
     pushdown = pushdown_flows()
     flows = [fused_flow(), sharing_flow(), naive_triangles(True),
              pushdown["filter_below_join_key"], pushdown["filter_below_semijoin"],
-             projection_flows()["narrow_below_filter"]]
+             projection_flows()["narrow_below_filter"], pruning_flow()]
     agree(spark, flows, {**inputs, "g": inputs["e"] + inputs["f"]})
 
 

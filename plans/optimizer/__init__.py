@@ -18,10 +18,12 @@ from .. import ir
 from .cost import CostModel, Terms, plan_cost
 from .decode import Decoder
 from .encode import encode
+from .prune import pruned
 from .rules import RULESETS, WHY
 from .terms import Root, colls
 
-DEFAULT = ("pushdown", "sharing", "fusion", "incremental")
+DEFAULT = ("pushdown", "sharing", "fusion", "incremental", "prune")
+PASSES = ("prune",)  # run on the extracted plan (prune.py), not on the e-graph
 ITERATIONS = 12  # per schedule phase; fusion needs log2(chain length), the rest fewer
 _CACHE: dict = {}
 _CACHE_SIZE = 256
@@ -58,9 +60,10 @@ def optimize(outputs: dict[str, ir.Node], rulesets=DEFAULT) -> Optimized:
 
 def _optimize(outputs: dict[str, ir.Node], rulesets: tuple[str, ...]) -> Optimized:
     started = time.perf_counter()
-    unknown = [r for r in rulesets if r not in RULESETS]
+    unknown = [r for r in rulesets if r not in RULESETS and r not in PASSES]
     if unknown:
-        raise ValueError(f"optimize: unknown rulesets {unknown}; known: {sorted(RULESETS)}")
+        raise ValueError(f"optimize: unknown rulesets {unknown}; "
+                         f"known: {sorted([*RULESETS, *PASSES])}")
     egraph = EGraph()
     enc, terms = encode(outputs, egraph, incremental="incremental" in rulesets)
     root = Root.outputs(colls(terms))
@@ -92,4 +95,9 @@ def _optimize(outputs: dict[str, ir.Node], rulesets: tuple[str, ...]) -> Optimiz
         plan, after = fallback.plan, fallback.after
     if after.total > before.total:
         plan, after = dict(outputs), before
+    if "prune" in rulesets:
+        plan, narrowed = pruned(plan)
+        if narrowed:
+            fired["prune"] = narrowed
+            after = plan_cost(plan)
     return Optimized(plan, dict(fired), before, after, time.perf_counter() - started)

@@ -1,0 +1,167 @@
+"""Columns that nothing above reads, dropped where a join arranges its inputs.
+
+A join keeps each input's records whole in its arrangement. Where the columns above the join
+are chosen by a map, some of those columns may never be read: a filter's column (TPC-H q13's
+`o_comment`, read by `NOT LIKE` before the join and by nothing after it) or a second copy of
+the key. Keeping them costs the trace's memory and, for a STRING, a dictionary code per
+distinct value at every step. This pass runs on the extracted plan, since which columns are
+read is a property of every consumer at once, not a local rewrite: it works out the columns
+each node's consumers read (top down) and narrows an arrangement to its keys and the columns
+read above it. It narrows only where the narrower schema cannot be seen: every path up from
+the arrangement passes joins and arrangements until a map chooses the columns. Plans with
+scopes, queries or imported traces are left as they are.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from .. import ir
+from .columns import _alias, columns, lower, refs, renames, stage_refs
+from .rules import WHY
+
+WHY["prune"] = ("a column that no consumer reads changes no output: an arrangement below a "
+                "join keeps its keys and the columns read above the join (arrangements "
+                "narrowed)")
+
+_CHOOSING = (ir.Map, ir.Filter, ir.TemporalFilter, ir.Negate)
+
+
+def pruned(outputs: dict[str, ir.Node]) -> tuple[dict[str, ir.Node], int]:
+    """(the plan with arrangements narrowed, how many were)."""
+    roots = list(outputs.values())
+    nodes = ir.topological(roots)
+    if any(isinstance(n, (ir.Iterate, ir.Variable, ir.Query, ir.Imported)) for n in nodes):
+        return outputs, 0
+    memo: dict = {}
+    parents: dict = {n: [] for n in nodes}
+    for n in nodes:
+        for c in set(n.children()):
+            parents[c].append(n)
+    read: dict = {}  # lower-cased columns the node's consumers read; None: all
+    hidden: dict = {}  # whether a narrower schema of the node is invisible to the outputs
+    for n in reversed(nodes):  # consumers first
+        outside = n in roots or columns(n, memo) is None
+        read[n] = None if outside else _union(_read(p, n, read[p], memo) for p in parents[n])
+        hidden[n] = not outside and all(_chooses(p) or isinstance(p, (ir.Join, ir.Arrange))
+                                        and hidden[p] for p in parents[n])
+    narrow = {n for n in nodes if isinstance(n, ir.Arrange) and n.keys is not None
+              and hidden[n] and read[n] is not None
+              and not lower(columns(n, memo)) <= read[n] and lower(columns(n, memo)) & read[n]
+              and not any("`" in c for c in columns(n, memo))}
+    if not narrow:
+        return outputs, 0
+    uses = ir.consumers(roots)
+    new: dict = {}
+    for n in nodes:
+        kids = tuple(new[c] for c in n.children())
+        node = n.with_children(kids) if kids != n.children() else n
+        if isinstance(node, ir.Linear) and trimmed(node.stages) != node.stages:
+            node = ir.Linear(node.input, trimmed(node.stages))
+        if n in narrow:
+            kept = tuple(f"`{c}`" for c in columns(n, memo) if c.lower() in read[n])
+            source = node.input
+            if isinstance(source, ir.Linear) and uses[n.input] == 1:
+                source = ir.Linear(source.input, trimmed(source.stages + (ir.Map(kept),)))
+            else:
+                source = ir.Linear(source, (ir.Map(kept),))
+            node = ir.Arrange(source, n.keys)
+        new[n] = node
+    return {name: new[node] for name, node in outputs.items()}, len(narrow)
+
+
+def trimmed(stages: tuple) -> tuple:
+    """A chain's stages less the columns a map only renames and no later stage reads (the
+    last map's columns are the chain's output and stay): a fused chain's first map lists
+    every column of its input, and Spark would still ask its input for them all."""
+    out, wanted = [], None
+    for stage in reversed(stages):
+        if isinstance(stage, ir.Map):
+            if wanted is not None:
+                stage = _kept(stage, wanted)
+            wanted = _map_reads(stage)
+        elif wanted is not None:
+            more = stage_refs(stage) if not isinstance(stage, ir.Negate) else set()
+            wanted = None if more is None else wanted | more
+        out.append(stage)
+    return tuple(reversed(out))
+
+
+def _chain_reads(stages: tuple, wanted: set) -> Optional[set]:
+    """The columns a chain reads of its input when its output's `wanted` are read."""
+    for stage in reversed(stages):
+        if isinstance(stage, ir.Map):
+            wanted = _map_reads(stage)
+            if wanted is None:
+                return None
+        elif isinstance(stage, (ir.Filter, ir.TemporalFilter)):
+            more = stage_refs(stage)
+            if more is None:
+                return None
+            wanted = wanted | more
+        elif not isinstance(stage, ir.Negate):
+            return None
+    return wanted
+
+
+def _kept(stage: ir.Map, wanted: set) -> ir.Map:
+    """The map less the renames whose names neither later stages (`wanted`) nor the map's
+    other expressions read (Spark resolves a later expression's name to an earlier alias of
+    the same map, a lateral alias)."""
+    keep = [(_alias(e) or "").lower() in wanted or not renames([e]) for e in stage.exprs]
+    while True:
+        read = set().union(*[refs(e) or set() for e, k in zip(stage.exprs, keep) if k])
+        more = [k or (_alias(e) or "").lower() in read for e, k in zip(stage.exprs, keep)]
+        if more == keep:
+            break
+        keep = more
+    exprs = tuple(e for e, k in zip(stage.exprs, keep) if k) or stage.exprs[:1]  # never none
+    return ir.Map(exprs) if exprs != stage.exprs else stage
+
+
+def _map_reads(stage: ir.Map) -> Optional[set]:
+    """The columns a map reads; None where an expression has no name of its own (`*`, a
+    computed column Spark names) or its names are not known."""
+    if any(_alias(e) is None for e in stage.exprs):
+        return None
+    reads = [refs(e) for e in stage.exprs]
+    return None if None in reads else set().union(*reads)
+
+
+def _union(sets) -> Optional[set]:
+    out: set = set()
+    for s in sets:
+        if s is None:
+            return None
+        out |= s
+    return out
+
+
+def _chooses(node: ir.Node) -> bool:
+    """A linear chain whose output columns a map names, whatever columns its input has."""
+    return isinstance(node, ir.Linear) and all(isinstance(s, _CHOOSING) for s in node.stages) \
+        and any(isinstance(s, ir.Map) for s in node.stages)
+
+
+def _read(parent: ir.Node, child: ir.Node, wanted: Optional[set], memo) -> Optional[set]:
+    """The lower-cased columns of `child` that `parent` reads when its own consumers read
+    `wanted` (None: all of them); None where that is not known or is every column."""
+    if wanted is None:
+        cols = columns(parent, memo)
+        if cols is None:
+            return None
+        wanted = lower(cols)
+    if isinstance(parent, (ir.Concat, ir.Consolidate)):
+        return set(wanted)
+    if isinstance(parent, ir.Arrange):
+        return None if parent.keys is None else wanted | lower(parent.keys)
+    if isinstance(parent, ir.Join):
+        side = columns(child, memo)
+        if side is None:
+            return None
+        on, side = lower(parent.on), lower(side)
+        # a semijoin outputs the left's columns; its right side only matches keys
+        out = child is parent.left or not parent.left_order
+        return on | (wanted & side) if out else on
+    if isinstance(parent, ir.Linear):
+        return _chain_reads(trimmed(parent.stages), wanted)
+    return None

@@ -31,8 +31,11 @@ def apply(step, node: ir.Linear, source=None, schema: Optional[StructType] = Non
         run = tuple(run)
         done += len(run)
         table = None if isinstance(value, Changes) else table_of(step, value)
+
+        def decoded(value=value, table=table) -> pa.Table:  # Changes decode when asked
+            return table_of(step, value) if table is None else table
         if is_kernel:
-            value = _kernels(step, table_of(step, value) if table is None else table, run)
+            value = _kernels(step, decoded(), run)
             continue
         try:
             compiled = expressions.compile_stages(
@@ -43,11 +46,9 @@ def apply(step, node: ir.Linear, source=None, schema: Optional[StructType] = Non
             if selected is not None:
                 value = selected
                 continue
-            table = table_of(step, value) if table is None else table
-            value = compiled(table)
+            value = compiled(decoded())
         except (expressions.NotCompiled, expressions.Fallback):
-            table = table_of(step, value) if table is None else table
-            value = linear.apply(step.spark.createDataFrame(table), run, [TIME],
+            value = linear.apply(step.spark.createDataFrame(decoded()), run, [TIME],
                                  step.runner.backend)
     return step.encoded(value, schema) if isinstance(value, pa.Table) else value
 

@@ -55,8 +55,9 @@ def pruned(outputs: dict[str, ir.Node]) -> tuple[dict[str, ir.Node], int]:
     for n in nodes:
         kids = tuple(new[c] for c in n.children())
         node = n.with_children(kids) if kids != n.children() else n
-        if isinstance(node, ir.Linear) and trimmed(node.stages) != node.stages:
-            node = ir.Linear(node.input, trimmed(node.stages))
+        if isinstance(node, ir.Linear):
+            stages = trimmed(node.stages)
+            node = node if stages == node.stages else ir.Linear(node.input, stages)
         if n in narrow:
             kept = tuple(f"`{c}`" for c in columns(n, memo) if c.lower() in read[n])
             source = node.input
@@ -73,34 +74,25 @@ def trimmed(stages: tuple) -> tuple:
     """A chain's stages less the columns a map only renames and no later stage reads (the
     last map's columns are the chain's output and stay): a fused chain's first map lists
     every column of its input, and Spark would still ask its input for them all."""
-    out, wanted = [], None
+    return _walk(stages, None)[0]
+
+
+def _walk(stages: tuple, wanted: Optional[set]) -> tuple[tuple, Optional[set]]:
+    """(the stages trimmed, the columns the chain reads of its input when `wanted` of its
+    output are read; None: every column, or not known), walking the chain back from its
+    output: a map, but for the last, keeps what the stages after it read (`_kept`)."""
+    out, last, known = [], True, wanted is not None
     for stage in reversed(stages):
         if isinstance(stage, ir.Map):
-            if wanted is not None:
+            if not last and wanted is not None:
                 stage = _kept(stage, wanted)
-            wanted = _map_reads(stage)
-        elif wanted is not None:
-            more = stage_refs(stage) if not isinstance(stage, ir.Negate) else set()
+            last, wanted = False, _map_reads(stage)
+        elif wanted is not None and not isinstance(stage, ir.Negate):
+            more = stage_refs(stage)  # None for a stage other than a filter
             wanted = None if more is None else wanted | more
+        known = known and wanted is not None  # once not known, the input's reads are not
         out.append(stage)
-    return tuple(reversed(out))
-
-
-def _chain_reads(stages: tuple, wanted: set) -> Optional[set]:
-    """The columns a chain reads of its input when its output's `wanted` are read."""
-    for stage in reversed(stages):
-        if isinstance(stage, ir.Map):
-            wanted = _map_reads(stage)
-            if wanted is None:
-                return None
-        elif isinstance(stage, (ir.Filter, ir.TemporalFilter)):
-            more = stage_refs(stage)
-            if more is None:
-                return None
-            wanted = wanted | more
-        elif not isinstance(stage, ir.Negate):
-            return None
-    return wanted
+    return tuple(reversed(out)), wanted if known else None
 
 
 def _kept(stage: ir.Map, wanted: set) -> ir.Map:
@@ -163,5 +155,5 @@ def _read(parent: ir.Node, child: ir.Node, wanted: Optional[set], memo) -> Optio
         out = child is parent.left or not parent.left_order
         return on | (wanted & side) if out else on
     if isinstance(parent, ir.Linear):
-        return _chain_reads(trimmed(parent.stages), wanted)
+        return _walk(parent.stages, wanted)[1]
     return None

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import arrow, csr, diffs, intersect, timed_index, times, wcoj
 from .backend import to_numpy
-from .consolidate import consolidate, consolidation, group_starts, sort_by
+from .consolidate import consolidate, consolidation, distinct, group_starts, sort_by
 from .expand import compose, dense, expand, gather, parents
 
 # Modules whose public functions are kernels (backend.py holds namespace plumbing). By
@@ -165,6 +165,7 @@ CASES: dict[str, Case] = {
         xp, a["diff"], a["starts"])),
     "sort_by": Case(_keys, lambda xp, a: sort_by(xp, [a["k0"], a["k1"]])),
     "group_starts": Case(_keys, lambda xp, a: group_starts(xp, _sorted_keys(xp, a))),
+    "distinct": Case(_keys, lambda xp, a: distinct(xp, a["k0"])),
     "consolidate": Case(_keys, lambda xp, a: consolidate(xp, [a["k0"], a["k1"]], a["d"])),
     "consolidation": Case(_keys, lambda xp, a: consolidation(xp, [a["k0"], a["k1"]], a["d"])),
     "build_csr": Case(_csr_inputs, lambda xp, a: tuple(csr.build_csr(xp, a["src"], a["dst"]))),

@@ -48,6 +48,7 @@ MODELS: dict[str, Model] = {
     "running_segments": Model(5, 10, what="hi/lo split, two prefix sums, minus segment starts"),
     "sort_by": Model(2 * SORT, 2, what="stable radix sort, one pass per packed word of keys"),
     "group_starts": Model(2, 2, what="neighbour compare per key, compaction"),
+    "distinct": Model(SORT + 2, 2, what="sort, neighbour compare, compaction"),
     "consolidate": Model(2 * SORT + 6, 12, what="sort, gather, group, segment sums, drop zeros"),
     "consolidation": Model(2 * SORT + 5, 12, what="as consolidate, the rows kept, not the keys"),
     "build_csr": Model(2, 2, what="group starts of sorted sources, offsets"),

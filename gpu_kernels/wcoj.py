@@ -21,7 +21,7 @@ by table.
 """
 from math import isqrt
 
-from .consolidate import sort_by
+from .consolidate import distinct, sort_by
 from .csr import row_ranges, spans
 from .expand import dense
 from .intersect import contains, lower_bound
@@ -108,7 +108,7 @@ def _pair_keys(xp, src, dst):
     first, last = min(int(xp.min(a)), int(xp.min(b))), max(int(xp.max(a)), int(xp.max(b)))
     dense = last - first < 2 * a.shape[0]
     vertex = (xp.arange(first, last + 1, dtype=src.dtype) if dense
-              else xp.sort(xp.unique_values(xp.concat([a, b]))))
+              else distinct(xp, xp.concat([a, b])))
     n = vertex.shape[0]
     if n > _MAX_COMPOSITE:
         raise ValueError(f"{n} vertices: composite edge keys would overflow int64")

@@ -557,3 +557,38 @@ def test_benchmark_smoke(spark, tmp_path):
     expressions.main(["--sizes", "50", "--repeat", "2", "--out", str(out)], spark=spark)
     saved = json.loads(out.read_text())
     assert saved["sizes"]["50"]["equal"] and saved["sizes"]["50"]["arrow_s"] > 0
+
+
+@pytest.mark.parametrize("stages, copies, reads", [
+    ((ir.Map(("a", "b", "s AS t")), ir.Filter("a > b"), ir.Map(("t", "a"))), [7, 2], {2, 3}),
+    ((ir.Map(("b AS z", "z AS w")),), [3, 3], set()),  # a lateral alias of a column
+    ((ir.Map(("i8 AS z", "z + 1 AS w")),), [0, None], {0}),  # computed from one
+    ((ir.Map(("a", "b")), ir.Negate(), ir.Map(("b",))), [3], set()),  # diffs change
+    ((ir.Map(("i8 + 1 AS c", "s")), ir.Filter("c > 2")), [None, 7], {0}),  # computed
+    ((ir.Map(("coalesce(s, 'n') AS u", "u AS v", "p")),), [None, None, 5], {7}),
+    ((ir.Map(("a", "time AS t")),), None, None),  # reads the time
+    ((ir.Filter("time > 3"),), None, None),
+    ((ir.TemporalFilter("a", None),), None, None),  # sets times
+])
+def test_copies_name_the_columns_a_chain_carries_row_by_row(stages, copies, reads):
+    """Compiled.copies and Compiled.reads, by which the driver takes a carried column's codes
+    by each output row's input row (its index in the time column) and decodes only what an
+    expression reads: the copies are the input's values at those rows, and the columns no
+    expression reads can be anything."""
+    compiled = compile_stages(stages, SCHEMA)
+    assert compiled.copies == copies
+    if copies is None:
+        return
+    assert compiled.reads == reads
+    table = random_table(random.Random(7), 60, min_diff=0.0)
+    want = compiled(table)
+    k = len(SCHEMA) - 2
+    indexed = table.set_column(k, SCHEMA.field(k), pa.array(range(table.num_rows), pa.int64()))
+    for i in set(range(k)) - reads:  # never looked at
+        indexed = indexed.set_column(i, SCHEMA.field(i), pa.nulls(table.num_rows, SCHEMA[i].type))
+    got = compiled(indexed)
+    rows = pa.array(got.column(len(copies)).to_numpy())
+    assert got.column(len(copies) + 1) == want.column(len(copies) + 1)  # diffs
+    assert table.column(k).take(rows) == want.column(len(copies))  # times, by the index
+    for j, i in enumerate(copies):
+        assert want.column(j) == (table.column(i).take(rows) if i is not None else got.column(j))

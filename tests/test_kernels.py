@@ -336,6 +336,12 @@ def test_consolidate_refuses_overflowing_sum(xp):
     assert host(xp, keys_out[0]) == [1] and host(xp, diff_out) == [INT64_MAX - 1]
 
 
+@examples
+@given(st.lists(st.one_of(small, huge), max_size=40))
+def test_distinct_is_the_sorted_set(xp, values):
+    assert host(xp, gk.distinct(xp, i64(xp, values))) == sorted(set(values))
+
+
 def test_consolidate_empty(xp):
     keys_out, diff_out = gk.consolidate(xp, [i64(xp, []), xp.asarray([], dtype=xp.float64)],
                                         i64(xp, []))

@@ -42,6 +42,19 @@ class Coded(Sequence):
             self._codes[i] = self._xp.asarray(codes)
         return self._codes[i]
 
+    def encoded(self, i: int) -> bool:
+        """Whether column i's codes are made already."""
+        return self._codes[i] is not None
+
+    def values(self, i: int) -> pa.ChunkedArray:
+        """Column i as Arrow, as given."""
+        return self._table.column(i)
+
+    def given(self, i: int, codes) -> None:
+        """Column i's codes, known to the caller (taken from the codes of the column it
+        copies), instead of encoding its values again."""
+        self._codes[i] = codes
+
     def select(self, positions: list[int], schema: StructType) -> "Coded":
         """The columns at `positions` (codes made so far kept) as records of `schema`."""
         n = len(self._codes)
@@ -87,17 +100,29 @@ class Changes:
     def col(self, name: str):
         return self.cols[self.names.index(name)]
 
-    def table(self, xp, encoder) -> pa.Table:
-        """The updates as Arrow, their values decoded."""
+    def table(self, xp, encoder, only: Optional[set] = None) -> pa.Table:
+        """The updates as Arrow, their values decoded; `only`: the record columns (by
+        position) decoded, the others all null (a caller that never looks at them)."""
         arrow = arrow_schema(self.schema)
+        k = len(self.names)
         if self.arrow is not None:
             return pa.Table.from_arrays(
-                [c if c.type == f.type else c.cast(f.type)
-                 for c, f in zip(self.arrow.columns, arrow)], schema=arrow)
-        records = [encoder.decode(to_numpy(xp, c), f.dataType)
-                   for c, f in zip(self.cols, self.schema.fields)]
+                [pa.nulls(len(c), f.type) if only is not None and i < k and i not in only
+                 else c if c.type == f.type else c.cast(f.type)
+                 for i, (c, f) in enumerate(zip(self.arrow.columns, arrow))], schema=arrow)
+        records = [pa.nulls(self.size, arrow.field(i).type) if only is not None and i not in only
+                   else self._values(i, arrow.field(i).type) if isinstance(self.cols, Coded)
+                   and not self.cols.encoded(i)
+                   else encoder.decode(to_numpy(xp, self.cols[i]), f.dataType)
+                   for i, f in enumerate(self.schema.fields[:k])]
         times = [pa.array(to_numpy(xp, a)) for a in (*self.times, self.d)]
         return pa.Table.from_arrays(records + times, schema=arrow)
+
+    def _values(self, i: int, kind: pa.DataType):
+        """A column of Coded records not encoded yet: its Arrow values, not a round trip
+        through the dictionary."""
+        values = self.cols.values(i)
+        return values if values.type == kind else values.cast(kind)
 
     @property
     def size(self) -> int:

@@ -81,6 +81,10 @@ def arrange(step, node: ir.Arrange) -> Changes:
     records = keys + [c for c in batch.names if c not in keys]
     columns = records + inner
     old = mirror(step, node, trace, columns, len(keys), batch.schema)
+    if not batch.size:  # nothing to sort or append: the trace only moves on
+        step.views[node] = View(trace, old, batch, old)
+        step.commits[node] = trace.driver_appended(old, step.upto, since, step.delta(batch))
+        return batch
     run = run_of(step.xp, [*map(batch.col, records), *batch.inner], batch.t, batch.d)
     # the batch is the run's updates (consolidated once, in the arrangement's order)
     batch = Changes.of(batch.schema, [run.cols[records.index(c)] for c in batch.names],

@@ -30,7 +30,7 @@ from executor.arrange.encoding import arrow_schema
 from executor.arrange.remote import Remote, encoded
 from executor.arrange.spine import Spine
 from executor.time import DIFF, TIME
-from gpu_kernels import consolidate, equal_range, spans, to_numpy
+from gpu_kernels import consolidate, distinct, equal_range, spans, to_numpy
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ class Mirror:
         if asked[0].shape[0] == 0 or not (runs or self.remote):
             return self._concat_all([])
         width = len(asked)
-        asked = [xp.unique_values(asked[0])] if width == 1 else \
+        asked = [distinct(xp, asked[0])] if width == 1 else \
             consolidate(xp, list(asked), xp.ones_like(asked[0]))[0]
         if self.remote is not None:  # a superset of the asked, searched as a run of its own
             runs.insert(0, run_of(xp, *self.remote.fetched(self, asked)))

@@ -24,11 +24,13 @@ def delta(step, node: ir.Join) -> Changes:
     fields = {f.name: f for f in right.batch.schema.fields[:len(rrec)]}
     fields |= {f.name: f for f in left.batch.schema.fields[:len(lrec)]}
     k = len(left.batch.times)
+    schema = updates_schema([fields[c] for c in out], k > 1)
+    if not left.batch.size and not right.batch.size:  # bilinear: no change in, none out
+        return step.empty(schema)
     parts = [_pairs(step, on, _columns(left.batch), _found(right.read, left.batch, on, k),
                     lrec, out),
              _pairs(step, on, _found(left.old, right.batch, on, k), _columns(right.batch),
                     lrec, out)]
-    schema = updates_schema([fields[c] for c in out], k > 1)
     return step.concat([Changes.of(schema, *p) for p in parts])
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 from itertools import groupby
 from typing import Optional
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.types import StructField, StructType
 
-from executor.arrange.changes import Changes, Unsupported, updates_schema
+from executor.arrange.changes import Changes, Coded, Unsupported, updates_schema
 from executor.arrange.encoding import arrow_schema
 from executor.arrange.spine import local_rows
 from executor.operators.linear import expressions, kernels, spark as linear
@@ -41,12 +42,13 @@ def apply(step, node: ir.Linear, source=None, schema: Optional[StructType] = Non
             compiled = expressions.compile_stages(
                 run, arrow_schema(value.schema) if table is None else table.schema,
                 conf=step.runner.conf)
-            selected = _projected(value, compiled,
-                                  schema if done == len(node.stages) else None)
+            last = done == len(node.stages)
+            selected = _projected(value, compiled, schema if last else None)
             if selected is not None:
                 value = selected
                 continue
-            value = compiled(decoded())
+            carried = _carried(step, value, compiled, schema) if last else None
+            value = compiled(decoded()) if carried is None else carried
         except (expressions.NotCompiled, expressions.Fallback):
             value = linear.apply(step.spark.createDataFrame(decoded()), run, [TIME],
                                  step.runner.backend)
@@ -71,6 +73,38 @@ def _projected(value, compiled: expressions.Compiled, schema: Optional[StructTyp
             [fields[i].dataType for i in positions]:
         return None
     return value.select(positions, schema)
+
+
+def _carried(step, value, compiled: expressions.Compiled, schema: StructType
+             ) -> Optional[Changes]:
+    """A chain that filters, maps and negates, run on Arrow with each row's index for its
+    time: an output column that is an input column as it is takes the input's codes by that
+    index instead of a second encoding of its values (a STRING carried through a filter
+    cost a dictionary lookup per distinct value), and input columns that no stage reads and
+    no output keeps are never decoded. None where the chain reads or moves times, or no
+    output column has codes to take."""
+    copies = compiled.copies
+    if copies is None or not isinstance(value, Changes) or value.inner:
+        return None
+    cols, fields = value.cols, value.schema.fields
+    have = cols.encoded if isinstance(cols, Coded) else (lambda i: True)
+    taken = [j for j, i in enumerate(copies)
+             if i is not None and have(i) and schema.fields[j].dataType == fields[i].dataType]
+    if not taken:
+        return None
+    xp = step.xp
+    kept = {i for j, i in enumerate(copies) if i is not None and j not in taken}
+    table = value.table(xp, step.encoder, only=compiled.reads | kept)
+    at = table.num_columns - 2
+    table = table.set_column(at, table.schema.field(at),
+                             pa.array(np.arange(table.num_rows, dtype=np.int64)))
+    out = compiled(table)
+    rows = xp.asarray(out.column(out.num_columns - 2).to_numpy())
+    records = Coded(out, schema, step.encoder, xp)  # computed columns encode when read
+    for j in taken:
+        records.given(j, xp.take(cols[copies[j]], rows))
+    return Changes(schema, records, xp.take(value.t, rows),
+                   xp.asarray(out.column(out.num_columns - 1).to_numpy()))
 
 
 def _kernels(step, table: pa.Table, run: tuple) -> pa.Table:

@@ -237,6 +237,7 @@ class _Compiler:
     def __init__(self, schema: pa.Schema, session: Session = Session()):
         self.session = session
         self.lateral: dict = {}  # lower-case name -> (name, Expr) of the projection so far
+        self.reads: set[int] = set()  # the input columns the compiled expressions read
         self.columns = {}
         self.types = schema.types
         for i, f in enumerate(schema):
@@ -259,10 +260,13 @@ class _Compiler:
         if entry == "missing" and key in self.lateral:  # an alias of the same projection
             if self.lateral[key] is None:
                 raise NotCompiled(f"lateral alias {node.name!r} is ambiguous")
+            if self.lateral[key][1].column is not None:  # an input column under a new name
+                self.reads.add(self.lateral[key][1].column)
             return self.lateral[key]
         if entry is None or entry == "missing":
             raise NotCompiled(f"column {node.name!r} is ambiguous or missing")
         i, name, t = entry
+        self.reads.add(i)
         return name, Expr(t, lambda tbl: _as(_arr(tbl.column(i)), t),
                           column=i if t == self.types[i] else None)
 
@@ -1106,7 +1110,8 @@ class Compiled:
     Spark's types; calling it on an input table of the compiled schema gives the output."""
 
     def __init__(self, schema: pa.Schema, steps: list[Step], input_schema: pa.Schema,
-                 projection: Optional[list[int]] = None):
+                 projection: Optional[list[int]] = None,
+                 copies: Optional[list[Optional[int]]] = None, reads: frozenset = frozenset()):
         self.schema = schema
         self._steps = steps
         self._input = input_schema
@@ -1114,6 +1119,12 @@ class Compiled:
         # record column is, so that a caller holding the columns in another form (the
         # driver's codes) selects them instead of running the steps
         self.projection = projection
+        # when the stages only filter, map and negate, never reading or setting times: per
+        # output record column, the input column it is as it is (else None), each output row
+        # being the input row whose index a caller put in the time column; `reads`: the
+        # input record columns an expression reads (the others' values are never looked at)
+        self.copies = copies
+        self.reads = reads
 
     def __call__(self, table: pa.Table) -> pa.Table:
         if table.schema.types != self._input.types or table.schema.names != self._input.names:
@@ -1154,24 +1165,37 @@ def _compile(stages, schema: pa.Schema, time_col: str, session: "Session") -> Co
         raise NotCompiled(f"input schema does not end with {time_col}, diff BIGINT")
     steps, current = [], schema
     projection = list(range(len(schema) - 2))
+    copies: Optional[list] = list(projection)
+    reads: set = set()
     for stage in stages:
         builder = _STAGES.get(type(stage))
         if builder is None:
             raise NotCompiled(f"stage {stage.label()}")
+        time_at = len(current) - 2
         step, current = builder(stage, current, time_col, session)
         ir.check_stage_columns(current.names, [time_col], stage)
         steps.append(step)
         sources = getattr(step, "columns", None)
         projection = None if projection is None or sources is None else \
             [projection[i] for i in sources]
-    return Compiled(current, steps, schema, projection)
+        if copies is not None:
+            stage_reads = set() if isinstance(stage, ir.Negate) else getattr(step, "reads", None)
+            if isinstance(stage, ir.TemporalFilter) or stage_reads is None or \
+                    time_at in stage_reads:
+                copies = None
+                continue
+            reads |= {copies[i] for i in stage_reads if i < time_at and copies[i] is not None}
+            if isinstance(stage, ir.Map):
+                copies = [None if i is None else copies[i] for i in step.sources]
+    return Compiled(current, steps, schema, projection, copies, frozenset(reads))
 
 
 def _map(stage: ir.Map, schema: pa.Schema, time_col, session):
     c = _Compiler(schema, session)
-    outs = []
+    outs, reads = [], set()  # reads: of the expressions that compute (not copy) a column
     for text in stage.exprs:
         node = c.parse(text)
+        c.reads = set()
         if isinstance(node, exp.Alias):
             name, e = node.alias, c.compile(node.this)
             if not isinstance(node.args.get("alias"), exp.Identifier):
@@ -1184,6 +1208,8 @@ def _map(stage: ir.Map, schema: pa.Schema, time_col, session):
             raise NotCompiled(f"unaliased expression {text!r} (Spark names it)")
         outs.append((name, e))
         c.alias(name, e)
+        if e.column is None:
+            reads |= c.reads
     n_in = len(schema)
     out_schema = pa.schema([pa.field(n, e.type) for n, e in outs]
                            + [schema.field(n_in - 2), schema.field(n_in - 1)])
@@ -1193,6 +1219,10 @@ def _map(stage: ir.Map, schema: pa.Schema, time_col, session):
         return pa.Table.from_arrays(cols, schema=out_schema)
     if all(e.column is not None and e.column < n_in - 2 for _, e in outs):  # a projection
         step.columns = [e.column for _, e in outs]
+    step.sources = [e.column if e.column is not None and e.column < n_in - 2 else None
+                    for _, e in outs]
+    step.reads = reads | {e.column for _, e in outs  # a copy of the time or diff reads it
+                          if e.column is not None and e.column >= n_in - 2}
     return step, out_schema
 
 
@@ -1201,7 +1231,11 @@ def _filter(stage: ir.Filter, schema: pa.Schema, time_col, session):
     e = c.compile(c.parse(stage.expr))
     if e.type != BOOL:
         raise NotCompiled(f"filter on {e.type}")
-    return (lambda tbl: tbl.filter(e.fn(tbl))), schema
+
+    def step(tbl: pa.Table) -> pa.Table:
+        return tbl.filter(e.fn(tbl))
+    step.reads = c.reads
+    return step, schema
 
 
 def _negate_diff(d: pa.Array | pa.ChunkedArray):
@@ -1236,7 +1270,7 @@ def _temporal_filter(stage: ir.TemporalFilter, schema: pa.Schema, time_col, sess
     def joined(t, b):
         return pc.cast(pc.max_element_wise(pc.cast(t, pa.int64()), b, skip_nulls=True), time_type)
 
-    def step(tbl: pa.Table) -> pa.Table:
+    def step(tbl: pa.Table) -> pa.Table:  # sets times: no row keeps its place (Compiled.copies)
         lo = lower.fn(tbl) if lower else None
         if upper is None:
             return tbl if lo is None else tbl.set_column(ti, schema.field(ti), joined(tbl.column(ti), lo))

@@ -25,8 +25,8 @@ from executor.arrange.encoding import (NULL_CODE, NoCode, arrow_schema, arrow_ty
                                        float_values, order_keys, ordered, rank)
 from executor.operators.linear import expressions
 from executor.time import DIFF, TIME
-from gpu_kernels import (DiffOverflow, consolidate, group_starts, multiply_diffs, running_segments,
-                         sort_by, spans, sum_segments, to_numpy)
+from gpu_kernels import (DiffOverflow, consolidate, distinct, group_starts, multiply_diffs,
+                         running_segments, sort_by, spans, sum_segments, to_numpy)
 from plans import ir
 from plans.reduce_kernel import call_reduce_kernel
 
@@ -55,11 +55,11 @@ def delta(step, node: ir.Reduce, view, ready, held=None):
     h = t.shape[0]
     ids = _ids(xp, [xp.concat([c, r]) for c, r in zip(cols[:nkeys], touched)], h + ready.size)
     kid, bk = ids[:h], ids[h:]
-    keys_once = xp.unique_values(bk)
+    keys_once = distinct(xp, bk)
     (gk, gt), _ = consolidate(xp, [xp.concat([bk, keys_once]), xp.concat(
         [ready.t, xp.full(keys_once.shape, step.lower - 1, dtype=xp.int64)])],
         xp.ones(bk.shape[0] + keys_once.shape[0], dtype=xp.int64))
-    times = xp.unique_values(gt)
+    times = distinct(xp, gt)
     n_times = times.shape[0]
     gcode = gk * n_times + xp.searchsorted(times, gt)
     first = xp.searchsorted(times, xp.maximum(t, xp.asarray(step.lower - 1)), side="left")
@@ -322,7 +322,7 @@ def _threshold(step, node, g, acc, m, kinds, records, schema):
     """Each record's multiplicity becomes CAST(expr AS BIGINT) over `count` = its
     multiplicity (a null or 0 drops it), evaluated once per distinct multiplicity."""
     xp = step.xp
-    counts = np.unique(to_numpy(xp, m))
+    counts = to_numpy(xp, distinct(xp, m))
     table = pa.table({"count": pa.array(counts, type=pa.int64())})
     (f,) = _evaluate(step, table, StructType.fromDDL("count BIGINT"),
                      [f"CAST(({node.reduction.expr}) AS BIGINT)"])

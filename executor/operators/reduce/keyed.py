@@ -3,6 +3,7 @@ placement's reductions (the grid path in spark.py, running totals in spark_total
 times in product.py)."""
 from __future__ import annotations
 
+import re
 from functools import reduce as fold
 
 from pyspark.sql import Column, DataFrame, functions as F
@@ -21,7 +22,7 @@ def equality(df: DataFrame):
     nullable = {f.name for f in df.schema.fields if f.nullable}
 
     def same(a: str, b: str):
-        name = a.split(".", 1)[1].strip("`")
+        name = re.sub(r"^\w+\.", "", a).strip("`")  # less a qualifier (`b.`), if any
         return F.col(a).eqNullSafe(F.col(b)) if name in nullable else F.col(a) == F.col(b)
 
     return same
@@ -32,10 +33,13 @@ def of_keys(rows: DataFrame, keys: DataFrame, kq: list[str], same, how: str = "l
     """The rows (all of a trace's batches, as one union) whose key is among `keys`' keys
     (`how="left_anti"`: is not): one join with one broadcast of the distinct keys (a job),
     not one per batch."""
-    touched = keys.select(*kq).distinct()
-    touched = (F.broadcast(touched) if broadcast else touched).alias("t")
-    return rows.alias("b").join(touched, conjunction([same(f"b.{k}", f"t.{k}") for k in kq]),
-                                how)
+    # the keys renamed, not aliased: `keys` is often computed from `rows` (a reduction's
+    # unsure keys from its running totals), and Spark resolves a qualified name in such a
+    # self-join against the inner plan's aliases ("no column `b`.`a`")
+    names = [f"`__touched{i}`" for i in range(len(kq))]
+    touched = keys.select(*[F.col(k).alias(n.strip("`")) for k, n in zip(kq, names)]).distinct()
+    touched = F.broadcast(touched) if broadcast else touched
+    return rows.join(touched, conjunction([same(k, n) for k, n in zip(kq, names)]), how)
 
 
 def signed(at: Column, following: Column, m: Column, frontier: int) -> Column:

@@ -216,9 +216,11 @@ def test_a_filter_carries_the_codes_of_the_columns_it_keeps(spark, conf, monkeyp
 
     ddl_o, ddl_c = "k BIGINT, amount BIGINT, note STRING", "k BIGINT, name STRING"
     flow = Dataflow()
-    joined = flow.input("o", ddl_o).join(flow.input("c", ddl_c), on=["k"])
+    joined = flow.input("o", ddl_o).map("k", "amount", "note", "1 AS one").join(
+        flow.input("c", ddl_c), on=["k"])
     kept = joined.filter("amount > 1").map("name", "note", "upper(name) AS shout", "amount")
     flow.output("by_name", kept.sum("amount", by=["name", "note", "shout"]))
+    flow.output("kept", joined.filter("amount > 2"))  # keeps `one` NOT NULL, unread
     ours, theirs = Runner(flow, conf=conf, spark=spark), \
         Runner(flow, conf=conf | SPARK_ONLY, spark=spark)
     first = {"o": updates_table(ddl_o, [((k % 3, k, f"n{k % 2}"), 0, 1) for k in range(9)]),
@@ -241,7 +243,8 @@ def test_a_filter_carries_the_codes_of_the_columns_it_keeps(spark, conf, monkeyp
     assert sorted(looked_up, key=sorted_key) == sorted(
         [frozenset({"n1", None, "n0"}), frozenset({"bob", "cy"}),
          frozenset({None, "BOB", "CY"})], key=sorted_key)
-    assert rows_of(ours.output("by_name")) == rows_of(theirs.output("by_name"))
+    for name in ("by_name", "kept"):
+        assert rows_of(ours.output(name)) == rows_of(theirs.output(name))
 
 
 def sorted_key(values: frozenset) -> list:

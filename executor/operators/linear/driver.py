@@ -94,7 +94,10 @@ def _carried(step, value, compiled: expressions.Compiled, schema: StructType
         return None
     xp = step.xp
     kept = {i for j, i in enumerate(copies) if i is not None and j not in taken}
-    table = value.table(xp, step.encoder, only=compiled.reads | kept)
+    # an unread column is all nulls, unless it may hold none (a filter keeps its input's
+    # schema, and Arrow refuses nulls in it): those are decoded too
+    solid = {i for i, f in enumerate(fields[:len(value.names)]) if not f.nullable}
+    table = value.table(xp, step.encoder, only=compiled.reads | kept | solid)
     at = table.num_columns - 2
     table = table.set_column(at, table.schema.field(at),
                              pa.array(np.arange(table.num_rows, dtype=np.int64)))

@@ -306,6 +306,21 @@ def test_sort_by_packs_runs_of_columns_between_the_ones_that_cannot_pack(xp, row
     assert host(xp, gk.sort_by(xp, keys)) == expected
 
 
+runs = st.lists(st.lists(st.tuples(st.one_of(st.integers(-(2**40), 2**40), st.sampled_from([5, 7])),
+                                   st.one_of(small, huge)), max_size=25), min_size=1, max_size=3)
+
+
+@examples
+@given(runs)
+def test_sort_by_orders_the_rows_that_tie_on_the_first_word_by_the_rest(xp, runs):
+    """Sorted runs one after another (a trace's merge), their first word (a wide column
+    alone) deciding most rows: the rows tying on it (5s and 7s), sorted by the next word
+    among themselves, or every word in turn where most rows tie; the stable order."""
+    rows = [r for run in runs for r in sorted(run)]
+    keys = [i64(xp, [r[j] for r in rows]) for j in range(2)]
+    assert host(xp, gk.sort_by(xp, keys)) == sorted(range(len(rows)), key=lambda i: rows[i])
+
+
 spans = st.sampled_from([2, 2**16 - 1, 2**16, 2**16 + 1, 2**32 - 1, 2**32, 2**32 + 1, 2**40])
 ranged = st.tuples(spans, st.integers(-(2**40), 2**40)).flatmap(
     lambda s: st.lists(st.tuples(st.integers(s[1], s[1] + s[0] - 1), small), max_size=40))

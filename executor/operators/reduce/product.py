@@ -25,7 +25,7 @@ from executor.arrange.consolidate import consolidate
 from executor.arrange.spine import materialise_counted
 from executor.arrange.trace import View
 from executor.operators.linear.spark import q, record_columns
-from executor.operators.reduce.keyed import conjunction, equality
+from executor.operators.reduce.keyed import conjunction, equality, of_keys
 from executor.operators.reduce.spark import M, output
 from executor.time import DIFF
 from gpu_kernels import consolidate as consolidate_arrays, group_starts, sort_by, spans
@@ -48,12 +48,8 @@ def delta(node: ir.Reduce, view: View, emitted, lower: int, round_: int, time_co
     kq = list(map(q, keys))
     records = record_columns(empty, time_cols)
     same = equality(empty)
-    ready = view.delta_frame(empty)
-    # renamed: fresh column ids, so a self-join with the trace's own batches resolves
-    touched = F.broadcast(ready.select(*kq).distinct().toDF(*keys)).alias("t")
-    on = conjunction([same(f"b.{k}", f"t.{k}") for k in kq])
-    history = fold(DataFrame.union, [b.alias("b").join(touched, on, "left_semi")
-                                      for b in view.all()] or [empty])
+    touched = view.delta_frame(empty).select(*kq)
+    history = of_keys(fold(DataFrame.union, view.all() or [empty]), touched, kq, same)
     history, size = materialise_counted(history)
     single = size <= SINGLE_TASK_ROWS
     if single:
@@ -71,8 +67,7 @@ def delta(node: ir.Reduce, view: View, emitted, lower: int, round_: int, time_co
     out_records = [c for c in out.columns if c not in (GE, GI, M)]
     desired = _differences(out, grid, keys, out_records, time_cols, lower, round_, same)
     if emitted is not None:
-        before = emitted.alias("b").join(touched, on, "left_semi") \
-            .where(F.col(q(iteration)) >= round_)
+        before = of_keys(emitted, touched, kq, same).where(F.col(q(iteration)) >= round_)
         desired = desired.unionByName(before.withColumn(DIFF, -F.col(DIFF)))
     return consolidate(desired.coalesce(1) if single else desired, time_cols)
 

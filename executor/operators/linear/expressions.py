@@ -502,8 +502,8 @@ def _decimal_div(c: _Compiler, a: Expr, b: Expr) -> Expr:
 
 
 def _half_up(n, d):
-    """n / d rounded half away from zero (Java's RoundingMode.HALF_UP), per element of
-    object arrays of Python integers (or on two integers)."""
+    """n / d rounded half away from zero (Java's RoundingMode.HALF_UP), per element: `n` an
+    object array of Python integers, `d` one too or a Python integer; an object array."""
     n, d = (np.asarray(v, dtype=object) for v in (n, d))  # Python integers throughout
     n_, d_ = np.abs(n), np.abs(d)
     q = n_ // d_

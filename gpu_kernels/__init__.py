@@ -6,7 +6,8 @@ no Spark (DESIGN §3, §7). Pick `xp` with `namespace(name)`.
 from .arrow import arrays_to_batch, batch_to_arrays
 from .backend import BACKENDS, namespace, to_numpy
 from .consolidate import consolidate, consolidation, distinct, group_starts, sort_by
-from .csr import CSR, build_csr, neighbours, row_ranges, spans
+from .csr import (CSR, Directory, build_csr, build_directory, directory_ranges, neighbours,
+                  row_ranges, spans)
 from .diffs import DiffOverflow, add_diffs, multiply_diffs, running_segments, sum_segments
 from .expand import compose, expand, gather, parents
 from .intersect import contains, equal_range
@@ -14,10 +15,10 @@ from .times import advance_by, join_times, less_equal, meet_times
 from .wcoj import count_triangles, extend, list_triangles, orient
 
 __all__ = [
-    "BACKENDS", "CSR", "DiffOverflow", "add_diffs", "advance_by", "arrays_to_batch",
-    "batch_to_arrays", "build_csr", "compose", "consolidate", "consolidation", "contains",
-    "count_triangles", "distinct", "equal_range", "expand", "extend", "gather", "group_starts",
-    "join_times", "less_equal", "list_triangles", "meet_times", "multiply_diffs", "namespace",
-    "neighbours", "orient", "parents", "row_ranges", "running_segments", "sort_by", "spans",
-    "sum_segments", "to_numpy",
+    "BACKENDS", "CSR", "DiffOverflow", "Directory", "add_diffs", "advance_by", "arrays_to_batch",
+    "batch_to_arrays", "build_csr", "build_directory", "compose", "consolidate", "consolidation",
+    "contains", "count_triangles", "directory_ranges", "distinct", "equal_range", "expand",
+    "extend", "gather", "group_starts", "join_times", "less_equal", "list_triangles", "meet_times",
+    "multiply_diffs", "namespace", "neighbours", "orient", "parents", "row_ranges",
+    "running_segments", "sort_by", "spans", "sum_segments", "to_numpy",
 ]

@@ -1,6 +1,10 @@
 """CSR index over an edge list sorted by (src, dst): the distinct sources, each one's range of
 rows, and the targets. Worst-case-optimal joins count, propose and validate through it
 (DESIGN §6): the index is linear in the input, never in the intermediate results.
+
+A Directory is the same row pointer over a sorted column's whole range of values, so that a
+lookup is two gathers: a binary search in a column of millions of rows misses the cache at
+most of its ~23 steps (~0.7 us a key on numpy), a directory's gathers cost ~40 ns.
 """
 from typing import NamedTuple
 
@@ -52,3 +56,32 @@ def neighbours(xp, targets, lo, hi):
     """(parent, candidate): every target in targets[lo[j]:hi[j]], tagged with its query j."""
     parent, position = spans(xp, lo, hi)
     return parent, xp.take(targets, position)
+
+
+class Directory(NamedTuple):
+    low: int  # the column's least value
+    starts: object  # int64, span + 1: the rows holding low + i are starts[i]:starts[i + 1]
+
+
+def build_directory(xp, values):
+    """The Directory of a sorted, non-empty int64 column, in O(rows + span) where span is
+    max - min + 1 (a caller keeps it near the rows)."""
+    low = int(values[0])
+    span = int(values[-1]) - low + 1
+    if hasattr(xp, "bincount"):  # numpy, cupy: one counting pass
+        counts = xp.bincount(values - low, minlength=span)
+        return Directory(low, xp.cumulative_sum(xp.astype(counts, xp.int64),
+                                                include_initial=True))
+    # the standard has no bincount: a search per value (low + i never passes the last value)
+    firsts = xp.searchsorted(values, xp.arange(span, dtype=xp.int64) + low)
+    return Directory(low, xp.concat([firsts, xp.asarray([values.shape[0]], dtype=xp.int64)]))
+
+
+def directory_ranges(xp, directory, keys):
+    """(lo, hi): the column's rows equal to each key are lo:hi; empty outside its range."""
+    span = directory.starts.shape[0] - 1
+    low = xp.asarray(directory.low, dtype=xp.int64)
+    inside = xp.logical_and(keys >= low, keys <= low + (span - 1))
+    offset = xp.where(inside, keys - low, xp.zeros_like(keys))
+    lo = xp.take(directory.starts, offset)
+    return lo, xp.where(inside, xp.take(directory.starts, offset + 1), lo)

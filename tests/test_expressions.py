@@ -528,6 +528,49 @@ def test_cached_and_overflow_falls_back():
         compile_stages(stages, SCHEMA)(t)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.integers(0, 2 ** 32))
+def test_decimal_division_and_narrowing_cast_round_half_up_exactly(seed):
+    """x / y and a cast that drops digits against Python's Decimal (the exact quotient
+    rounded once, HALF_UP, to the result's scale; out of range falls back), whole and
+    sliced: values of a few digits (int64 arithmetic) or of up to 38 (Python integers),
+    ties, negatives, nulls."""
+    import decimal
+
+    r = random.Random(seed)
+    (p1, s1), (p2, s2) = [(p, r.randint(0, p)) for p in (r.randint(1, 38), r.randint(1, 38))]
+    wide = r.random() < 0.3
+
+    def value(p, s, divisor=False):
+        if r.random() < 0.1:
+            return None
+        v = r.randint(0, 10 ** r.randint(0, p if wide else min(p, 6)) - 1) * r.choice([1, -1])
+        return Decimal(v or int(divisor)).scaleb(-s)
+    x, y = pa.decimal128(p1, s1), pa.decimal128(p2, s2)
+    schema = pa.schema([("x", x), ("y", y), ("time", pa.int64()), ("diff", pa.int64())])
+    table = pa.Table.from_arrays([
+        pa.array([value(p1, s1) for _ in range(30)], x),
+        pa.array([value(p2, s2, divisor=True) for _ in range(30)], y),
+        pa.array([0] * 30, pa.int64()), pa.array([1] * 30, pa.int64())], schema=schema)
+    cut = r.randint(0, s1)
+    cast = f"CAST(x AS DECIMAL({max(1, min(38, p1 - s1 + cut + r.randint(0, 2)))}, {cut}))"
+    context = decimal.Context(prec=200, rounding=decimal.ROUND_HALF_UP)
+    xs, ys = table.column("x").to_pylist(), table.column("y").to_pylist()
+    for text, exact, rows in (("x / y", context.divide, zip(xs, ys)),
+                              (cast, lambda a: a, zip(xs))):
+        chain = compile_stages((ir.Map((f"{text} AS c",)),), schema)
+        t = chain.schema.field("c").type
+        want = [None if None in row else
+                context.quantize(exact(*row), Decimal(1).scaleb(-t.scale)) for row in rows]
+        if any(w is not None and abs(w) >= Decimal(10) ** (t.precision - t.scale)
+               for w in want):
+            with pytest.raises(Fallback, match="out of range"):
+                chain(table)
+            continue
+        assert chain(table).column("c").to_pylist() == want, text
+        assert chain(table.slice(7, 11)).column("c").to_pylist() == want[7:18], text
+
+
 def test_column_free_expressions_are_kept_and_still_raise():
     """An expression of no column is evaluated on one row and repeated (expressions._folded),
     by the same compiled chain for tables of any size, the empty one included; a constant

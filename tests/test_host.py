@@ -288,12 +288,23 @@ runs = st.lists(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 3), st.inte
                 min_size=1, max_size=7)
 
 
+def searched(directory: bool):
+    """Mirrors' runs searched by directories from their first lookup, or never."""
+    from unittest import mock
+
+    from executor.arrange import mirror
+    return mock.patch.multiple(mirror, DIRECTORY_ROWS=0 if directory else 2 ** 62,
+                               SEARCH_ROWS=2 ** 62)
+
+
 @settings(max_examples=25, deadline=None)
 @given(batches=runs, asked=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 4)),
-                                    max_size=6), nkeys=st.sampled_from([0, 1, 2]))
-def test_mirror_rows_equal_brute_force(xp, batches, asked, nkeys):
+                                    max_size=6), nkeys=st.sampled_from([0, 1, 2]),
+       directory=st.booleans())
+def test_mirror_rows_equal_brute_force(xp, batches, asked, nkeys, directory):
     """Runs appended (merged geometrically, times advanced to `since`): every update under
-    the asked keys, as brute force over the same updates finds them."""
+    the asked keys, as brute force over the same updates finds them, by binary searches
+    or by directories (twice: the second lookup reads the directories the first built)."""
     from executor.arrange.mirror import Mirror, run_of
 
     mirror, held, since = Mirror(xp, ["a", "b"], nkeys), [], -1
@@ -302,7 +313,9 @@ def test_mirror_rows_equal_brute_force(xp, batches, asked, nkeys):
         cols = [i64(xp, [r[j] for r in batch]) for j in range(4)]
         mirror = mirror.appended(run_of(xp, cols[:2], cols[2], cols[3]), since)
         held += batch
-    got = mirror.rows([i64(xp, [k[j] for k in asked]) for j in range(nkeys)])
+    with searched(directory):
+        mirror.rows([i64(xp, [k[j] for k in asked[::-1]]) for j in range(nkeys)])
+        got = mirror.rows([i64(xp, [k[j] for k in asked]) for j in range(nkeys)])
     rows = zip(*(host(xp, c) for c in (*got.cols, got.t, got.d)))
     wanted = {k[:nkeys] for k in asked} if nkeys else None
 
@@ -317,12 +330,12 @@ POOLS = (EXTREME, [0, 1, 2, 7], [-3, 40, 2 ** 40])  # ranges too wide to pack, n
 
 
 @settings(max_examples=40, deadline=None)
-@given(data=st.data(), width=st.sampled_from([2, 3]))
-def test_mirror_rows_over_extreme_codes(xp, data, width):
+@given(data=st.data(), width=st.sampled_from([2, 3]), directory=st.booleans())
+def test_mirror_rows_over_extreme_codes(xp, data, width, directory):
     """Lookups by two or three columns, each of codes from a pool whose range may or may not
     pack (the null code, int64's ends): by the longest prefix that packs into one word, then
-    column by column, or column by column from the start. Every lookup finds exactly the
-    asked rows, an asked tuple outside a run's ranges none."""
+    column by column, or column by column from the start, searched or through directories.
+    Every lookup finds exactly the asked rows, an asked tuple outside a run's ranges none."""
     from executor.arrange.mirror import Mirror, run_of
 
     pools = [data.draw(st.sampled_from(POOLS)) for _ in range(3)]
@@ -335,7 +348,8 @@ def test_mirror_rows_over_extreme_codes(xp, data, width):
         cols = [i64(xp, [r[j] for r in batch]) for j in range(5)]
         mirror = mirror.appended(run_of(xp, cols[:3], cols[3], cols[4]), -1)
         held += batch
-    got = mirror.rows([i64(xp, [k[j] for k in asked]) for j in range(width)])
+    with searched(directory):
+        got = mirror.rows([i64(xp, [k[j] for k in asked]) for j in range(width)])
     rows = zip(*(host(xp, c) for c in (*got.cols, got.t, got.d)))
     wanted = set(asked)
     assert consolidate([(r[:3], r[3], r[4]) for r in rows]) == \

@@ -390,6 +390,22 @@ def test_csr_ranges_neighbours_contains(xp, edge_list, queries):
     assert host(xp, mask) == [c in adj.get(s, []) for s, c in queries]
 
 
+@examples
+@given(st.sampled_from([0, -5, 2 ** 62, INT64_MIN, INT64_MAX - 12]),
+       st.lists(st.integers(0, 12), min_size=1, max_size=30), st.lists(int64s, max_size=8))
+def test_directory_ranges_equal_searches(xp, base, offsets, far):
+    """A directory over a sorted column (its range at int64's ends too) finds each key's
+    rows as a binary search does; keys outside its range, anywhere in int64, find none."""
+    values = sorted(base + o for o in offsets)
+    keys = [min(max(base + o, INT64_MIN), INT64_MAX) for o in range(-2, 15)] + far
+    directory = gk.build_directory(xp, i64(xp, values))
+    assert directory.low == values[0]
+    lo, hi = gk.directory_ranges(xp, directory, i64(xp, keys))
+    for k, a, b in zip(keys, host(xp, lo), host(xp, hi)):  # an absent key: any empty range
+        assert (a, b) == (values.index(k), values.index(k) + values.count(k)) if k in values \
+            else a == b
+
+
 # arrow ---------------------------------------------------------------------------------------
 
 def test_arrow_round_trip(xp):

@@ -17,6 +17,7 @@ raises NoCode: the step then runs on Spark, never with a wrong code.
 from __future__ import annotations
 
 from functools import lru_cache, wraps
+from typing import Optional
 
 import numpy as np
 import pyarrow as pa
@@ -148,7 +149,8 @@ class Encoder:
                 return pa.nulls(len(codes), type=target)
             return _take(values, np.where(null, 0, codes), mask)
         if isinstance(kind, DecimalType):
-            return _decimals(np.where(null, 0, codes), kind, mask)
+            values = np.where(null, 0, codes)
+            return decimal_array(values, values >> 63, target, None if mask is None else ~mask)
         if isinstance(kind, (DoubleType, FloatType)):
             values = float_values(np.where(null, 0, codes))
             return pa.array(values, mask=mask).cast(target)
@@ -247,9 +249,8 @@ def unscaled(arr: pa.Array) -> np.ndarray:
     """The unscaled values of a decimal128 array as int64 (NoCode beyond int64)."""
     if not pa.types.is_decimal128(arr.type):
         raise NoCode(f"a decimal stored as {arr.type}")
-    words = np.frombuffer(arr.buffers()[1], dtype=np.int64)[2 * arr.offset:
-                                                            2 * (arr.offset + len(arr))]
-    low, high = words[0::2].copy(), words[1::2]
+    low, high = decimal_words(arr)
+    low = low.copy()
     valid = np.ones(len(arr), dtype=bool) if not arr.null_count else \
         ~np.asarray(arr.is_null())
     if np.any(valid & (high != (low >> 63))):
@@ -260,13 +261,23 @@ def unscaled(arr: pa.Array) -> np.ndarray:
     return low
 
 
-def _decimals(unscaled: np.ndarray, kind: DecimalType, mask) -> pa.Array:
-    words = np.empty(2 * len(unscaled), dtype=np.int64)
-    words[0::2], words[1::2] = unscaled, unscaled >> 63
-    validity = None if mask is None else pa.array(~mask).buffers()[1]
-    return pa.Array.from_buffers(pa.decimal128(kind.precision, kind.scale), len(unscaled),
-                                 [validity, pa.py_buffer(words.tobytes())],
-                                 null_count=-1 if mask is not None else 0)
+def decimal_words(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A decimal128 array's rows as (low, high) int64 words, views of its buffer: the
+    unscaled value in two's complement, as Arrow stores it (low word first)."""
+    words = np.frombuffer(arr.buffers()[1], dtype=np.int64)[2 * arr.offset:
+                                                            2 * (arr.offset + len(arr))]
+    return words[0::2], words[1::2]
+
+
+def decimal_array(low: np.ndarray, high: np.ndarray, kind: pa.DataType,
+                  valid: Optional[np.ndarray] = None) -> pa.Array:
+    """The decimal128 array of type `kind` whose rows' words are (low, high), decimal_words'
+    inverse; null where the boolean mask `valid` is False (None: no nulls)."""
+    words = np.empty(2 * len(low), dtype=np.int64)
+    words[0::2], words[1::2] = low, high
+    validity = None if valid is None else pa.array(valid).buffers()[1]
+    return pa.Array.from_buffers(kind, len(low), [validity, pa.py_buffer(words)],
+                                 null_count=0 if valid is None else -1)
 
 
 def float_codes(x: np.ndarray) -> np.ndarray:

@@ -30,7 +30,15 @@ from executor.arrange.encoding import arrow_schema
 from executor.arrange.remote import Remote, encoded
 from executor.arrange.spine import Spine
 from executor.time import DIFF, TIME
-from gpu_kernels import consolidate, distinct, equal_range, spans, to_numpy
+from gpu_kernels import (Directory, build_directory, consolidate, directory_ranges, distinct,
+                         equal_range, spans, to_numpy)
+
+# A run is searched through a directory (gpu_kernels.build_directory) instead of binary searches
+# once it holds DIRECTORY_ROWS rows or more, its searched column spans at most twice its rows, and
+# the keys searched in it, SEARCH_ROWS times over, reach its rows: a binary search in a big run
+# costs about what a pass over SEARCH_ROWS of its rows costs the build, so the build costs no
+# more than the searches before it did, and each later lookup is two gathers a key.
+DIRECTORY_ROWS, SEARCH_ROWS = 1 << 16, 64
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,9 @@ class Run:
     # per prefix width, the prefix packed into one int64 word (`prefix`), made at the
     # first lookup: a run is never changed, and the big ones are searched at every step
     packed: dict = field(default_factory=dict, compare=False, repr=False)
+    # per searched column (the number of columns packed in it): the keys searched so far, then
+    # its Directory, or None where its values span too wide a range for one (`ranges`)
+    lookups: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def size(self) -> int:
@@ -65,6 +76,20 @@ class Run:
             self.packed[width] = None if len(lows) < 2 else \
                 (_packed(xp, self.cols[:len(lows)], lows, highs), lows, highs)
         return self.packed[width]
+
+    def ranges(self, xp, packs: int, word, keys):
+        """(lo, hi): the rows whose searched column `word` (the first column, or the prefix
+        of `packs` columns packed) equals each key are lo:hi."""
+        index = self.lookups.get(packs, 0)
+        if isinstance(index, int) and self.size >= DIRECTORY_ROWS:
+            index += int(keys.shape[0])
+            if index * SEARCH_ROWS >= self.size:
+                span = int(word[-1]) - int(word[0]) + 1
+                index = build_directory(xp, word) if span <= 2 * self.size else None
+            self.lookups[packs] = index
+        if isinstance(index, Directory):
+            return directory_ranges(xp, index, keys)
+        return xp.searchsorted(word, keys, side="left"), xp.searchsorted(word, keys, side="right")
 
 
 def run_of(xp, cols, t, d, since: int | None = None) -> Run:
@@ -132,9 +157,10 @@ class Mirror:
     @property
     def nbytes(self) -> int:
         """Bytes of the runs' arrays on the driver: (columns + time + diff) x 8 per update,
-        and the packed prefixes lookups made (Run.prefix)."""
+        and the packed prefixes and directories lookups made (Run.prefix, Run.ranges)."""
         return sum(int(a.nbytes) for _, r in self.spine.batches for a in (
-            *r.cols, r.t, r.d, *(p[0] for p in r.packed.values() if p is not None)))
+            *r.cols, r.t, r.d, *(p[0] for p in r.packed.values() if p is not None),
+            *(d.starts for d in r.lookups.values() if isinstance(d, Directory))))
 
     def appended(self, run: Run, since: int) -> "Mirror":
         """A new mirror with `run` added; merges advance times below `since`."""
@@ -243,14 +269,13 @@ class Mirror:
 
 def _found(xp, run: Run, asked: list):
     """(lo, hi): the rows of `run` whose first len(asked) columns equal each asked tuple.
-    Over several columns, two binary searches of the run's packed prefix (Run.prefix),
+    Over several columns, a search (Run.ranges) of the run's packed prefix (Run.prefix),
     else of its first column; a lockstep search column by column (equal_range) within
     those rows for the columns left."""
     width = len(asked)
     packed = run.prefix(xp, width) if width > 1 else None
     if packed is None:
-        lo = xp.searchsorted(run.cols[0], asked[0], side="left")
-        hi = xp.searchsorted(run.cols[0], asked[0], side="right")
+        lo, hi = run.ranges(xp, 1, run.cols[0], asked[0])
         return (lo, hi) if width == 1 else \
             equal_range(xp, run.cols[1:width], lo, hi, tuple(asked[1:]))
     word, lows, highs = packed
@@ -259,8 +284,8 @@ def _found(xp, run: Run, asked: list):
     for a, low, high in zip(asked, lows, highs):  # a tuple outside the ranges is in no row
         inside = xp.logical_and(inside, xp.logical_and(a >= low, a <= high))
     key = xp.where(inside, _packed(xp, asked[:packs], lows, highs), xp.zeros_like(asked[0]))
-    lo = xp.searchsorted(word, key, side="left")
-    hi = xp.where(inside, xp.searchsorted(word, key, side="right"), lo)
+    lo, hi = run.ranges(xp, packs, word, key)
+    hi = xp.where(inside, hi, lo)
     return (lo, hi) if packs == width else \
         equal_range(xp, run.cols[packs:width], lo, hi, tuple(asked[packs:]))
 

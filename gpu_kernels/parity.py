@@ -67,6 +67,13 @@ def _csr_inputs(rng, n):
     return {"src": src, "dst": dst, "q": _ints(rng, n, -1, k + 1), "c": _ints(rng, n, 0, k)}
 
 
+def _directory_inputs(rng, n):
+    """A sorted column of n + 1 values over about n / 4 keys (some absent), and n keys to
+    look up in and around its range (a directory needs one value at least)."""
+    k = max(2, n // 4)
+    return {"v": np.sort(_ints(rng, n + 1, 0, k)), "q": _ints(rng, n, -2, k + 2)}
+
+
 def _ranges(xp, a):
     """(CSR of the edges, lo, hi): each query key's range of targets."""
     index = csr.build_csr(xp, a["src"], a["dst"])
@@ -170,6 +177,10 @@ CASES: dict[str, Case] = {
     "consolidation": Case(_keys, lambda xp, a: consolidation(xp, [a["k0"], a["k1"]], a["d"])),
     "build_csr": Case(_csr_inputs, lambda xp, a: tuple(csr.build_csr(xp, a["src"], a["dst"]))),
     "row_ranges": Case(_csr_inputs, lambda xp, a: _ranges(xp, a)[1:]),
+    "build_directory": Case(_directory_inputs,
+                            lambda xp, a: tuple(csr.build_directory(xp, a["v"]))),
+    "directory_ranges": Case(_directory_inputs, lambda xp, a: csr.directory_ranges(
+        xp, csr.build_directory(xp, a["v"]), a["q"])),
     "neighbours": Case(_csr_inputs, lambda xp, a: csr.neighbours(xp, *_targets_ranges(xp, a))),
     "spans": Case(_csr_inputs, lambda xp, a: csr.spans(xp, *_ranges(xp, a)[1:])),
     "contains": Case(_csr_inputs, lambda xp, a: intersect.contains(

@@ -54,6 +54,8 @@ MODELS: dict[str, Model] = {
     "consolidation": Model(2 * SORT + 5, 12, what="as consolidate, the rows kept, not the keys"),
     "build_csr": Model(2, 2, what="group starts of sorted sources, offsets"),
     "row_ranges": Model(1, 4, search="q", what="binary search of each key among CSR keys"),
+    "build_directory": Model(3, 3, what="count each value's rows, prefix sum of the counts"),
+    "directory_ranges": Model(2, 4, what="range check, two random reads per key"),
     "neighbours": Model(2, 4, search="q", what="ranges, then one write per neighbour"),
     "spans": Model(2, 3, what="prefix sum of counts, then one position per output row"),
     "contains": Model(1, 4, search="q", what="binary search in each range"),

@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 
-from executor.arrange.encoding import decimal_array, decimal_words
+from executor.arrange.encoding import NoCode, decimal_array, decimal_words, unscaled
 from plans import ir
 from plans.types import INTEGRAL_DECIMAL, adjusted, decimal_result
 
@@ -419,11 +419,8 @@ def _on_integers(t, f, *arrays: pa.Array,
     valid = np.ones(len(arrays[0]), dtype=bool)
     for a in arrays:
         valid &= np.asarray(pc.is_valid(a))
-    words = [decimal_words(a) for a in arrays]
-    small = largest is not None and \
-        largest(max((_magnitude(w, valid) for w in words), default=0)) < 2 ** 62
-    q = np.where(valid, f(*(np.where(valid, w[0] if small else _integers(*w), 1)
-                            for w in words)), 0)
+    small = _small(arrays, largest)
+    q = np.where(valid, f(*(np.where(valid, v, 1) for v in small or map(_integers, arrays))), 0)
     if (not small or t.precision <= 18) and np.any(np.abs(q) >= 10 ** t.precision):
         raise Fallback(f"decimal value out of range for {simple_string(t)}")
     if small:  # int64 values: the high word is the sign's
@@ -432,19 +429,22 @@ def _on_integers(t, f, *arrays: pa.Array,
     return decimal_array(low, (q >> 64).astype(np.int64), t, None if valid.all() else valid)
 
 
-def _magnitude(words: tuple, valid: np.ndarray) -> float:
-    """The largest |unscaled value| among the valid rows of a decimal's (low, high) words:
-    a Python integer, or infinity where one is beyond int64."""
-    low, high = words
-    if np.any(valid & (high != low >> 63)):
-        return float("inf")
-    low = low[valid]
-    return max(-int(low.min()), int(low.max())) if len(low) else 0
+def _small(arrays: list, largest) -> Optional[list]:
+    """The arrays' unscaled values as int64 (a null's 0) where `largest` of their largest
+    magnitude stays below 2**62; else None."""
+    if largest is None:
+        return None
+    try:
+        values = [unscaled(a) for a in arrays]
+    except NoCode:  # beyond int64
+        return None
+    most = max((max(-int(v.min()), int(v.max())) for v in values if len(v)), default=0)
+    return values if largest(most) < 2 ** 62 else None
 
 
-def _integers(low: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """A decimal128 array's unscaled values, from its (low, high) words, as Python integers
-    (an object array)."""
+def _integers(a: pa.Array) -> np.ndarray:
+    """A decimal128 array's unscaled values as Python integers (an object array)."""
+    low, high = decimal_words(a)
     return high.astype(object) * 2 ** 64 + low.view(np.uint64).astype(object)
 
 

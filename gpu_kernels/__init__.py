@@ -5,6 +5,7 @@ no Spark (DESIGN §3, §7). Pick `xp` with `namespace(name)`.
 """
 from .arrow import arrays_to_batch, batch_to_arrays
 from .backend import BACKENDS, namespace, to_numpy
+from .band import band_segments, between
 from .consolidate import consolidate, consolidation, distinct, group_starts, sort_by
 from .csr import (CSR, Directory, build_csr, build_directory, directory_ranges, neighbours,
                   row_ranges, spans)
@@ -16,7 +17,7 @@ from .wcoj import count_triangles, extend, list_triangles, orient
 
 __all__ = [
     "BACKENDS", "CSR", "DiffOverflow", "Directory", "add_diffs", "advance_by", "arrays_to_batch",
-    "batch_to_arrays", "build_csr", "build_directory", "compose", "consolidate", "consolidation",
+    "band_segments", "batch_to_arrays", "between", "build_csr", "build_directory", "compose", "consolidate", "consolidation",
     "contains", "count_triangles", "directory_ranges", "distinct", "equal_range", "expand",
     "extend", "gather", "group_starts", "join_times", "less_equal", "list_triangles", "meet_times",
     "multiply_diffs", "namespace", "neighbours", "orient", "parents", "row_ranges",

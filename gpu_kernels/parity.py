@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import arrow, csr, diffs, intersect, timed_index, times, wcoj
+from . import arrow, band, csr, diffs, intersect, timed_index, times, wcoj
 from .backend import to_numpy
 from .consolidate import consolidate, consolidation, distinct, group_starts, sort_by
 from .expand import compose, dense, expand, gather, parents
@@ -22,7 +22,7 @@ from .expand import compose, dense, expand, gather, parents
 # Modules whose public functions are kernels (backend.py holds namespace plumbing). By
 # import_module: the package re-exports functions named like two of its modules.
 KERNEL_MODULES = tuple(import_module(f"{__package__}.{m}") for m in (
-    "arrow", "consolidate", "csr", "diffs", "expand", "intersect", "timed_index", "times", "wcoj"))
+    "arrow", "band", "consolidate", "csr", "diffs", "expand", "intersect", "timed_index", "times", "wcoj"))
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,14 @@ def _targets_ranges(xp, a):
 def _equal_range(xp, a):
     targets, lo, hi = _targets_ranges(xp, a)
     return intersect.equal_range(xp, (targets,), lo, hi, (a["c"],))
+
+
+def _bands(rng, n):
+    """n bands over rows 0..n+8 in three groups, opening and closing at random (some empty),
+    weights of both signs: the ranges of bands that overlap partly cancel."""
+    first = _ints(rng, n, 0, n + 8)
+    return {"g": _ints(rng, n, 0, 3), "first": first, "stop": first + _ints(rng, n, -1, 6),
+            "w": _ints(rng, n, -2, 3)}
 
 
 def _timed_inputs(rng, n):
@@ -188,6 +196,10 @@ CASES: dict[str, Case] = {
     "lower_bound": Case(_csr_inputs, lambda xp, a: intersect.lower_bound(
         xp, *_targets_ranges(xp, a), a["c"])),
     "equal_range": Case(_csr_inputs, lambda xp, a: _equal_range(xp, a)),
+    "between": Case(_csr_inputs, lambda xp, a: band.between(
+        xp, *_targets_ranges(xp, a), a["c"], a["c"] + 2)),
+    "band_segments": Case(_bands, lambda xp, a: band.band_segments(
+        xp, [a["g"]], a["first"], a["stop"], a["w"])),
     "extend": Case(_csr_inputs, lambda xp, a: wcoj.extend(
         xp, [a["q"], a["c"]], [_ranges(xp, a)[0], csr.build_csr(xp, a["src"], a["dst"])])),
     "orient": Case(_graph, lambda xp, a: wcoj.orient(xp, a["src"], a["dst"])),

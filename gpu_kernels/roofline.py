@@ -61,6 +61,9 @@ MODELS: dict[str, Model] = {
     "contains": Model(1, 4, search="q", what="binary search in each range"),
     "lower_bound": Model(1, 4, search="q", what="binary search in each range"),
     "equal_range": Model(2, 8, search="q", what="two binary searches in each range"),
+    "between": Model(2, 8, search="q", what="two binary searches in each range"),
+    "band_segments": Model(2 * SORT + 10, 14, what="consolidate opening and closing events, "
+                           "running sum, the ranges of non-zero weight"),
     "extend": Model(4, 8, search="q", what="count, propose, validate by search"),
     "orient": Model(3 * SORT, 6, what="degrees, rank, sort edges by rank"),
     "count_triangles": Model(3 * SORT, 8, what="orient, then ~120 bytes per wedge"),

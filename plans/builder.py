@@ -15,6 +15,7 @@ from .ordering import sort_keys
 from .outer_join import HOW, outer_join
 from .schema import check_names, column_names
 from .sql import view as sql_view
+from .types import ORDERED_ALIKE, band_comparable, columns_of
 
 
 _AGGREGATE = re.compile(r"(?i)(count|sum|min|max)\s*\(\s*(\*|`[^`]+`|[A-Za-z_][\w]*)\s*\)")
@@ -281,6 +282,38 @@ class Collection:
         on = self._check_join(other, on, "semijoin")
         keys = other.map(*(f"`{k}`" for k in on)).distinct()
         return Collection(self.flow, ir.Join(self._arranged(on), keys._arranged(on), on, True))
+
+    def band_join(self, other: "Collection", on, column: str, op: str,
+                  value: str) -> "Collection":
+        """This side's records, each once per record of `other` with equal `on` keys whose
+        `value` bounds the record's `column` by `op` (<, <=, >, >=, =; NULL on either side
+        satisfies nothing): the output keeps this side's columns, diff times the other's
+        diff. It is the form of a scalar subquery's condition, `x > (SELECT avg(y) ...)`:
+        when the bound moves, a step costs the records between the old and the new bound,
+        not every record. Both columns' types must be known: exact numbers (integers,
+        decimals), or one of DATE, TIMESTAMP, TIMESTAMP_NTZ, DOUBLE, FLOAT on both sides."""
+        on = self._check_join(other, on, "band_join")
+        band = ir.Band(column, op, value)
+        mine, theirs = columns_of(self.node), columns_of(other.node)
+        types = []
+        for side, cols, name in (("this side", mine, column), ("the other side", theirs,
+                                                                   value)):
+            found = [t for c, t in (cols or []) if c.lower() == name.lower()]
+            if cols is not None and not found:
+                raise PlanError(f"band_join: {side} has no column '{name}'")
+            if not found or found[0] is None:
+                raise PlanError(f"band_join: the type of {side}'s column '{name}' is not "
+                                f"known; rule: CAST it where it is made")
+            types.append(found[0])
+        if column.lower() in {k.lower() for k in on}:
+            raise PlanError(f"band_join: column '{column}' is one of the keys {list(on)}; "
+                            f"rule: a band compares a column beyond the keys")
+        if not band_comparable(*types):
+            raise PlanError(f"band_join: '{column}' ({types[0]}) {op} '{value}' "
+                            f"({types[1]}) compares other types; rule: exact numbers, or "
+                            f"one of {', '.join(ORDERED_ALIKE)} on both sides")
+        return Collection(self.flow, ir.Join(self._arranged(on + (column,)),
+                                             other._arranged(on), on, True, band))
 
     def antijoin(self, other: "Collection", on) -> "Collection":
         """This side's records whose `on` key is absent from `other`."""

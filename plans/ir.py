@@ -286,15 +286,43 @@ class Arrange(Node):
         return f"Arrange[{'self' if self.keys is None else ', '.join(self.keys)}]"
 
 
+BAND_OPS = ("<", "<=", ">", ">=", "=")
+
+
+@dataclass(frozen=True)
+class Band:
+    """A join's comparison beyond its equal keys: the left's `column` `op` the right's
+    `value` (SQL's: a NULL on either side satisfies nothing)."""
+
+    column: str
+    op: str
+    value: str
+
+    def __post_init__(self):
+        if self.op not in BAND_OPS:
+            raise PlanError(f"band: op {self.op!r} must be one of {', '.join(BAND_OPS)}")
+
+    def label(self) -> str:
+        return f"{self.column} {self.op} {self.value}"
+
+
 @dataclass(frozen=True)
 class Join(Node):
     """Inner equi-join of two arrangements on `on`: (on columns, left's others, right's
-    others); time = lattice join, diff = product."""
+    others); time = lattice join, diff = product. With `band` (and left_order), only the pairs
+    whose columns compare so: the left's records, each once per right record that bounds it
+    (a scalar subquery's `x > (SELECT avg(...))`), which the driver maintains by range
+    lookups in the left arranged by (on, band.column)."""
 
     left: Node
     right: Node
     on: tuple[str, ...]
     left_order: bool = False  # output = the left's columns in its order (semijoin)
+    band: Optional[Band] = None
+
+    def __post_init__(self):
+        if self.band is not None and not self.left_order:
+            raise PlanError("band join: output the left's columns (left_order)")
 
     def children(self):
         return (self.left, self.right)
@@ -303,7 +331,8 @@ class Join(Node):
         return replace(self, left=kids[0], right=kids[1])
 
     def label(self):
-        return f"Join[on {', '.join(self.on)}]"
+        band = "" if self.band is None else f"; {self.band.label()}"
+        return f"Join[on {', '.join(self.on)}{band}]"
 
 
 @dataclass(frozen=True)

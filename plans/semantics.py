@@ -108,6 +108,8 @@ class Interpreter:
             cols = _columns(lddl)
             ddl = ", ".join([cols[i] for i in lk + lo] + [_columns(rddl)[i] for i in ro])
 
+        holds = self._band(n.band, lddl, lups, rddl, rups)
+
         def static(left: Counter, right: Counter) -> Counter:
             index = defaultdict(list)
             for r, m in right.items():
@@ -117,12 +119,32 @@ class Interpreter:
             out = Counter()
             for l, m in left.items():
                 for r, m2 in index.get(tuple(l[i] for i in lk), []):
+                    if not holds(l, r):
+                        continue
                     rec = l if n.left_order else (tuple(l[i] for i in lk + lo) +
                                                   tuple(r[i] for i in ro))
                     out[rec] += m * m2
             return out
 
         return ddl, _per_time([lups, rups], static)
+
+    def _band(self, band, lddl: str, lups, rddl: str, rups) -> Callable:
+        """Whether a left and a right record satisfy the join's band: the comparison
+        evaluated by the evaluator (Spark's semantics for its types) once per pair of
+        distinct values."""
+        if band is None:
+            return lambda l, r: True
+        li, ri = _names(lddl).index(band.column), _names(rddl).index(band.value)
+        xs = {_value_key(r[li]): r[li] for r, _, _ in lups}
+        vs = {_value_key(r[ri]): r[ri] for r, _, _ in rups}
+        ddl = (f"i BIGINT, x {_column_type(_columns(lddl)[li])}, "
+               f"v {_column_type(_columns(rddl)[ri])}")
+        pairs = [(x, v) for x in xs for v in vs]
+        rows = [(i, xs[x], vs[v]) for i, (x, v) in enumerate(pairs)]
+        _, held = self.sql.select(ddl, rows, ["i", f"(x {band.op} v) IS TRUE"]) \
+            if rows else (None, [])
+        true = {pairs[i] for i, ok in held if ok}
+        return lambda l, r: (_value_key(l[li]), _value_key(r[ri])) in true
 
     def _Query(self, n: ir.Query):
         """At every time: the conjunctive query over the accumulated relations by brute
@@ -367,6 +389,11 @@ class _Ordered:
                 return (a is None) == nulls_first
             return (a > b) if desc else (a < b)
         return False
+
+
+def _value_key(v):
+    """A value as a dict key that finds every NaN (NaN != NaN in Python, equal in Spark)."""
+    return ("NaN",) if isinstance(v, float) and v != v else v
 
 
 def _record_key(rec):

@@ -18,7 +18,7 @@ import sqlglot
 from sqlglot import exp
 
 from .errors import PlanError
-from .types import avg_type, columns_of, ddl_columns, expression_type
+from .types import avg_type, band_comparable, columns_of, ddl_columns, expression_type
 
 NON_DETERMINISTIC = {"rand", "random", "randn", "uuid", "shuffle", "now", "current_date",
                      "current_timestamp", "current_time", "localtimestamp", "curdate",
@@ -434,9 +434,15 @@ class Lowering:
         groups = [f"`{g.internal}` AS `{n}`" for g, n in zip(agg.cols, names)] if pairs \
             else [f"1 AS `{names[0]}`"]
         value = agg.coll.map(*groups, f"{text} AS `{v}`")
-        joined = Rel(outer.join(value, on=names), rel.cols + [Col(v, None, v, t)])
         cond = c.copy().transform(lambda n: exp.column(v, quoted=True)
                                   if n == subs[0] else n)
+        band = _band(cond, rel, v)
+        if band is not None and band_comparable(_type(outer, band[0]), t):
+            # a bound that moves costs the rows it passes (ir.Band); the value's type stated
+            # (the same type: no change) for the builder, which cannot infer every one
+            value = agg.coll.map(*groups, f"CAST({text} AS {t}) AS `{v}`")
+            return Rel(outer.band_join(value, names, band[0], band[1], v).map(*cols), rel.cols)
+        joined = Rel(outer.join(value, on=names), rel.cols + [Col(v, None, v, t)])
         return Rel(joined.coll.filter(self._expr(cond, joined, "WHERE")).map(*cols), rel.cols)
 
     def _correlated(self, rel: Rel, q: exp.Select, ctes, construct: str,
@@ -768,6 +774,31 @@ class Lowering:
 
 
 # ---------------------------------------------------------------------- helpers
+_FLIPPED = {">": "<", ">=": "<=", "<": ">", "<=": ">=", "=": "="}
+_BAND_OPS = {exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<=", exp.EQ: "="}
+
+
+def _band(cond, rel: Rel, value: str) -> Optional[tuple[str, str]]:
+    """(column, op) where `cond` compares a column of `rel` with the scalar `value` (the
+    column's internal name, on the left), as a band join does; else None."""
+    op = _BAND_OPS.get(type(cond))
+    if op is None:
+        return None
+    a, b = cond.this, cond.expression
+
+    def scalar(e):
+        return isinstance(e, exp.Column) and not e.table and e.name == value
+    if scalar(a):
+        a, b, op = b, a, _FLIPPED[op]
+    col = rel.resolve(a) if isinstance(a, exp.Column) and scalar(b) else None
+    return None if col is None else (col.internal, op)
+
+
+def _type(coll, column: str) -> Optional[str]:
+    """A column's type as the builder knows it (plans/types.columns_of), or None."""
+    return dict(columns_of(coll.node) or []).get(column)
+
+
 def _conjuncts(e) -> list:
     while isinstance(e, exp.Paren):
         e = e.this

@@ -79,8 +79,11 @@ def columns_of(node: ir.Node) -> Optional[Columns]:
 def _linear(node: ir.Linear) -> Optional[Columns]:
     cols = columns_of(node.input)
     for stage in node.stages:
-        if cols is None:
-            return None
+        if cols is None:  # a map typing every column itself (CASTs) needs no input's
+            cols = _map(stage.exprs, []) if isinstance(stage, ir.Map) else None
+            if cols is None or None in (t for _, t in cols):
+                return None
+            continue
         if isinstance(stage, ir.Map):
             cols = _map(stage.exprs, cols)
         elif isinstance(stage, ir.Kernel):
@@ -251,3 +254,23 @@ def avg_type(t: Optional[str]) -> Optional[str]:
 def _bounded(precision: int, scale: int) -> tuple[int, int]:
     """Spark's DecimalType.bounded: each of precision and scale capped at 38."""
     return min(precision, MAX_PRECISION), min(scale, MAX_PRECISION)
+
+
+ORDERED_ALIKE = ("DATE", "TIMESTAMP", "TIMESTAMP_NTZ", "DOUBLE", "FLOAT")
+
+
+def band_comparable(column: Optional[str], value: Optional[str]) -> bool:
+    """Whether a band join may compare a `column` of this type with a `value` of that one
+    (ir.Band): two exact numbers (integers and decimals, compared after a power-of-ten
+    rescale, as Spark compares them) or one ordered type on both sides, whose codes sort as
+    its values (executor/arrange/encoding.py). Others, a STRING or a DATE against a
+    TIMESTAMP, stay a join and a filter."""
+    def exact(t):
+        return t in INTEGRAL or _decimal(t) is not None
+    return (exact(column) and exact(value)) or (column == value and column in ORDERED_ALIKE)
+
+
+def scale_of(t: str) -> int:
+    """The scale of an exact number's type (0 for integers)."""
+    dec = _decimal(t)
+    return 0 if dec is None else dec[1]

@@ -35,9 +35,13 @@ def collection(rows, at: int) -> list:
     return sorted(((r, m) for r, m in acc.items() if m), key=repr)
 
 
+NAN = float("nan")  # one object: dict keys find it (NaN != NaN, but `is` holds)
+
+
 def _plain(rec):
-    """Doubles rounded to 9 digits: Spark's batch sums in another order than a trace does."""
-    return tuple(round(v, 9) if isinstance(v, float) else v for v in rec)
+    """Doubles rounded to 9 digits: Spark's batch sums in another order than a trace does;
+    every NaN as one object, so that its record's updates meet in one key."""
+    return tuple((NAN if v != v else round(v, 9)) if isinstance(v, float) else v for v in rec)
 
 
 def batch_frames(spark, inputs: dict, at: int) -> dict:

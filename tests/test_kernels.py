@@ -406,6 +406,55 @@ def test_directory_ranges_equal_searches(xp, base, offsets, far):
             else a == b
 
 
+# band ----------------------------------------------------------------------------------------
+
+@examples
+@given(ranges=st.lists(st.lists(st.integers(-5, 5), max_size=6), min_size=1, max_size=4),
+       asks=st.lists(st.tuples(st.integers(0, 3), st.integers(-6, 6), st.integers(-1, 4)),
+                     max_size=8))
+def test_between_finds_the_rows_of_a_range_within_bounds(xp, ranges, asks):
+    """Each ask (range, low, width) finds the rows of its sorted range whose values lie in
+    [low, low + width]: first:stop, empty (first == stop) where none or low > high."""
+    targets, starts = [], [0]
+    for r in ranges:
+        targets += sorted(r)
+        starts.append(len(targets))
+    asks = [(i % len(ranges), low, low + width) for i, low, width in asks]
+    lo = [starts[i] for i, _, _ in asks]
+    hi = [starts[i + 1] for i, _, _ in asks]
+    first, stop = gk.between(xp, i64(xp, targets), i64(xp, lo), i64(xp, hi),
+                             i64(xp, [a[1] for a in asks]), i64(xp, [a[2] for a in asks]))
+    for (i, low, high), a, b, f, e in zip(asks, lo, hi, host(xp, first), host(xp, stop)):
+        rows = [j for j in range(a, b) if low <= targets[j] <= high]
+        assert list(range(f, e)) == rows
+
+
+@examples
+@given(bands=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 12), st.integers(-2, 6),
+                                st.sampled_from([-2, -1, 1, 2])), max_size=10))
+def test_band_segments_weigh_each_row_by_the_bands_covering_it(xp, bands):
+    """Per group, the segments cover exactly the rows whose summed band weight is non-zero,
+    each with that weight, maximal and disjoint: bands of opposite weight cancel."""
+    g, first, stop, w = (list(c) for c in zip(*bands)) if bands else ([], [], [], [])
+    stop = [f + n for f, n in zip(first, stop)]
+    sg, sf, ss, sw = gk.band_segments(xp, [i64(xp, g)], i64(xp, first), i64(xp, stop),
+                                      i64(xp, w))
+    want = defaultdict(int)
+    for gi, f, e, wi in zip(g, first, stop, w):
+        for r in range(f, e):
+            want[(gi, r)] += wi
+    got = defaultdict(int)
+    segments = list(zip(host(xp, sg[0]), host(xp, sf), host(xp, ss), host(xp, sw)))
+    for gi, f, e, wi in segments:
+        assert f < e and wi != 0
+        for r in range(f, e):
+            assert (gi, r) not in got, "segments overlap"
+            got[(gi, r)] = wi
+    assert got == {k: v for k, v in want.items() if v}
+    ends = {(gi, e): wi for gi, _, e, wi in segments}
+    assert not any(ends.get((gi, f)) == wi for gi, f, _, wi in segments), "not maximal"
+
+
 # arrow ---------------------------------------------------------------------------------------
 
 def test_arrow_round_trip(xp):

@@ -77,6 +77,13 @@ QUERIES = {
     # a scalar subquery in HAVING (TPC-H Q11's form)
     "global_having_scalar": """SELECT g, sum(x * d) AS v FROM t GROUP BY g
                                HAVING sum(x * d) > (SELECT sum(y) * 0.5 FROM u WHERE s = 'a')""",
+    # scalar conditions as band joins (ir.Band): decimals of two scales, the subquery on
+    # the left, a correlated bound of another scale, an equality
+    "band_decimal": "SELECT k, d FROM t WHERE d >= (SELECT avg(d) * 0.5 FROM t WHERE g = 'a')",
+    "band_flipped": "SELECT k, x FROM t WHERE (SELECT max(y) FROM u WHERE s = 'b') > x",
+    "band_correlated": """SELECT t.k, d FROM t
+                          WHERE d < (SELECT 0.2 * sum(y) FROM u WHERE u.k = t.k)""",
+    "band_equal": "SELECT k, x FROM t WHERE x = (SELECT min(y) FROM u)",
     "global_derived": """SELECT n * 2 AS n2, m FROM (SELECT count(*) AS n, min(y) AS m FROM u
                          WHERE s = 'a') AS c""",
     "aggregate_of_aggregate": """SELECT n, count(*) AS groups
@@ -107,6 +114,23 @@ def spark_sql(spark, queries):
 def test_sql_views_match_spark_sql_and_reference(spark, conf, t, u, cut_list):
     check_steps(spark, conf, sql_flow(QUERIES), {"t": (T, t), "u": (U, u)}, cut_list,
                 spark_sql(spark, QUERIES))
+
+
+def test_scalar_conditions_on_comparable_types_are_band_joins():
+    """A column compared with a scalar subquery's value becomes a band join where the types
+    compare on codes; a BIGINT against avg's DOUBLE stays a join and a filter."""
+    from plans import ir
+
+    flow = sql_flow(QUERIES)
+    for name in ("band_decimal", "band_flipped", "band_correlated", "band_equal",
+                 "correlated_scalar_filtered", "global_max_of_sums", "global_having_scalar"):
+        bands = [n.band for n in ir.topological([flow.outputs[name]])
+                 if isinstance(n, ir.Join) and n.band is not None]
+        assert len(bands) == 1, name
+    assert [n.band.op for n in ir.topological([flow.outputs["band_flipped"]])
+            if isinstance(n, ir.Join) and n.band] == ["<"]
+    assert not any(isinstance(n, ir.Join) and n.band
+                   for n in ir.topological([flow.outputs["scalar_avg"]]))
 
 
 def test_global_aggregates_are_one_row_before_during_and_after_rows(spark, conf):

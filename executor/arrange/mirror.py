@@ -30,8 +30,8 @@ from executor.arrange.encoding import arrow_schema
 from executor.arrange.remote import Remote, encoded
 from executor.arrange.spine import Spine
 from executor.time import DIFF, TIME
-from gpu_kernels import (Directory, build_directory, consolidate, directory_ranges, distinct,
-                         equal_range, spans, to_numpy)
+from gpu_kernels import (Directory, band_segments, between, build_directory, consolidate,
+                         directory_ranges, distinct, equal_range, spans, to_numpy)
 
 # A run is searched through a directory (gpu_kernels.build_directory) instead of binary searches
 # once it holds DIRECTORY_ROWS rows or more, its searched column spans at most twice its rows, and
@@ -219,9 +219,7 @@ class Mirror:
             return self.all()
         if asked[0].shape[0] == 0 or not (runs or self.remote):
             return self._concat_all([])
-        width = len(asked)
-        asked = [distinct(xp, asked[0])] if width == 1 else \
-            consolidate(xp, list(asked), xp.ones_like(asked[0]))[0]
+        asked = _distinct(xp, asked)
         if self.remote is not None:  # a superset of the asked, searched as a run of its own
             runs.insert(0, run_of(xp, *self.remote.fetched(self, asked)))
         parts = []
@@ -239,6 +237,37 @@ class Mirror:
             parts.append(Run(tuple(xp.take(c, rows) for c in run.cols), xp.take(run.t, rows),
                              xp.take(run.d, rows)))
         return self._concat_all(parts)
+
+    def banded(self, asked: list, low, high, groups: list, weight) -> tuple[Run, list, object]:
+        """Band lookups: the updates whose first len(asked) columns equal asked tuple j and
+        whose next column lies in [low[j], high[j]], each weighted by the sum of `weight`
+        over the bands of its group (`groups`: one array per group column) that cover it
+        (gpu_kernels.band_segments): (the updates as a Run, each one's group columns, its
+        weight). Bands of a group with opposite weights cancel where they overlap, so a
+        bound that moves reads only the rows between its old and new value."""
+        xp = self.xp
+        runs = [r for _, r in self.spine.batches]
+        if self.remote is not None and asked[0].shape[0]:
+            runs.insert(0, run_of(xp, *self.remote.fetched(self, _distinct(xp, asked))))
+        parts = []
+        for run in runs:
+            if not run.size or not asked[0].shape[0]:
+                continue
+            lo, hi = _found(xp, run, asked)
+            first, stop = between(xp, run.cols[len(asked)], lo, hi, low, high)
+            at, first, stop, w = band_segments(xp, groups, first, stop, weight)
+            parent, rows = spans(xp, first, stop)
+            parts.append((Run(tuple(xp.take(c, rows) for c in run.cols), xp.take(run.t, rows),
+                              xp.take(run.d, rows)),
+                          [xp.take(g, parent) for g in at], xp.take(w, parent)))
+        run = self._concat_all([p[0] for p in parts])
+        at = [xp.concat([p[1][i] for p in parts]) if parts else xp.zeros(0, dtype=xp.int64)
+              for i in range(len(groups))]
+        w = xp.concat([p[2] for p in parts]) if parts else xp.zeros(0, dtype=xp.int64)
+        if self.upper is not None and parts:  # _concat_all kept the updates below it
+            kept = xp.nonzero(xp.concat([p[0].t for p in parts]) < self.upper)[0]
+            at, w = [xp.take(g, kept) for g in at], xp.take(w, kept)
+        return run, at, w
 
     def holds(self, asked: list):
         """Per asked tuple (one array per key column), whether some run holds an update of
@@ -265,6 +294,12 @@ class Mirror:
         rows = xp.nonzero(run.t < self.upper)[0]
         return Run(tuple(xp.take(c, rows) for c in run.cols), xp.take(run.t, rows),
                    xp.take(run.d, rows))
+
+
+def _distinct(xp, asked: list) -> list:
+    """The asked tuples (one array per column), each once."""
+    return [distinct(xp, asked[0])] if len(asked) == 1 else \
+        consolidate(xp, list(asked), xp.ones_like(asked[0]))[0]
 
 
 def _found(xp, run: Run, asked: list):

@@ -151,7 +151,7 @@ def _ir_shape(n: ir.Node, memo: dict):
     if isinstance(n, ir.Linear):
         return "linear", n.stages
     if isinstance(n, ir.Join):
-        return "join", (n.left_order, len(n.on))
+        return "join", (n.left_order, len(n.on))  # a band join: a semijoin's cost
     if isinstance(n, ir.Query):
         return "query", (n.relations, n.query, n.order)
     if isinstance(n, ir.Reduce):
@@ -237,7 +237,8 @@ class CostModel:
         if kind == "linear":
             return tuple(self.table[a.expr.value][1] for a in args[1].args)
         if kind == "join":
-            return bool(args[3].value), len(self.table[args[2].value][1])
+            what, payload = self.table[args[2].value]
+            return bool(args[3].value), len(payload[0] if what == "band" else payload)
         if kind in ("query", "reduce"):
             return self.table[args[0 if kind == "query" else 1].value][1]
         if kind == "leaf":

@@ -41,8 +41,9 @@ class Decoder:
         if fn == Coll.arrange:
             return ir.Arrange(self.node(args[0]), self._payload(args[1]))
         if fn == Coll.join:
-            return ir.Join(self.node(args[0]), self.node(args[1]), self._payload(args[2]),
-                           bool(get_literal_value(args[3])))
+            kind = get_literal_value(args[3])
+            on, band = self._payload(args[2]) if kind == 2 else (self._payload(args[2]), None)
+            return ir.Join(self.node(args[0]), self.node(args[1]), on, bool(kind), band)
         if fn == Coll.reduce:
             by, reduction = self._payload(args[1])
             return ir.Reduce(self.node(args[0]), by, reduction)

@@ -59,7 +59,10 @@ class Encoding:
             return Coll.consolidate(self.coll(n.input))
         if isinstance(n, ir.Arrange):
             return Coll.arrange(self.coll(n.input), self.payload("keys", n.keys))
-        if isinstance(n, ir.Join):
+        if isinstance(n, ir.Join):  # a band join is a semijoin of its own kind (2)
+            if n.band is not None:
+                return Coll.join(self.coll(n.left), self.coll(n.right),
+                                 self.payload("band", (n.on, n.band)), 2)
             return Coll.join(self.coll(n.left), self.coll(n.right),
                              self.payload("on", n.on), int(n.left_order))
         if isinstance(n, ir.Reduce):
@@ -112,6 +115,8 @@ def _narrow_facts(enc: Encoding, n: ir.Join, left, right) -> list:
     """A projection of the join's output needs from each side only the join key and the
     columns it reads: a map keeping those (in the side's order), where that drops any."""
     key, out, term = lower(n.on), [], enc.coll(n)
+    if n.band is not None:  # the band's columns are read like keys
+        key = key | {n.band.column.lower(), n.band.value.lower()}
     joined = lower(left) | (set() if n.left_order else lower(right))
     for srcs, vec in enc.projections.values():
         if not srcs <= joined:

@@ -151,6 +151,8 @@ def _read(parent: ir.Node, child: ir.Node, wanted: Optional[set], memo) -> Optio
         if side is None:
             return None
         on, side = lower(parent.on), lower(side)
+        if parent.band is not None:  # the band compares a column of each side
+            on = on | {(parent.band.column if child is parent.left else parent.band.value).lower()}
         # a semijoin outputs the left's columns; its right side only matches keys
         out = child is parent.left or not parent.left_order
         return on | (wanted & side) if out else on

@@ -4,10 +4,12 @@ A join is bilinear in its inputs' updates: each pair of updates (a, ta, da), (b,
 equal keys contributes (a ++ b, ta v tb, da * db). So a step's new output is
 dA x (B_old + dB) + A_old x dB: every new pair exactly once, whatever the times. Each term
 joins one arranged batch with another; both are hash-partitioned by the key into P parts and
-sorted, so Spark plans a SortMergeJoin with no Exchange and no Sort on either side.
+sorted, so Spark plans a SortMergeJoin with no Exchange and no Sort on either side. A band
+join's comparison joins the key's equality as one more condition of the pair.
 """
 from __future__ import annotations
 
+import operator
 from functools import reduce
 
 from pyspark.sql import DataFrame, functions as F
@@ -17,6 +19,9 @@ from executor.operators.linear.spark import q, record_columns
 from executor.time import DIFF
 from plans import ir
 from plans.errors import PlanError
+
+COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+           "=": operator.eq}
 
 
 def output_columns(node: ir.Join, lrec: list[str], rrec: list[str]) -> list[str]:
@@ -41,6 +46,9 @@ def pair(node: ir.Join, a: DataFrame, b: DataFrame, time_cols, out_cols) -> Data
     """One term of the delta rule: two arranged batches joined on the key."""
     l, r = a.alias("l"), b.alias("r")
     cond = [F.col(f"l.{q(k)}") == F.col(f"r.{q(k)}") for k in node.on]
+    if node.band is not None:  # Spark's comparison, its casts included
+        x, v = F.col(f"l.{q(node.band.column)}"), F.col(f"r.{q(node.band.value)}")
+        cond.append(COMPARE[node.band.op](x, v))
     lrec = set(record_columns(a, time_cols))
     cols = [F.col(f"l.{q(c)}" if c in lrec else f"r.{q(c)}").alias(c) for c in out_cols]
     times = [F.greatest(F.col(f"l.{q(t)}"), F.col(f"r.{q(t)}")).alias(t) for t in time_cols]

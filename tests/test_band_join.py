@@ -148,6 +148,39 @@ def test_a_moving_bound_reads_only_the_rows_it_passes(spark, conf, monkeypatch):
     assert {r["diff"] for r in changed} == {-1}
 
 
+def test_band_joins_over_traces_left_on_spark(spark, conf):
+    """diffspark.host.lookup_rows=0: after a first step on Spark (16 rows, above step_rows),
+    driver steps read each bound's range from the traces Spark arranged (Mirror.over: the
+    key's updates fetched, then searched as a run) while bounds move and rows come and go."""
+    from batch_check import collection, output_rows
+    from executor import Runner
+    from executor.reference import reference
+
+    from conftest import updates_df
+
+    a = [((i % 2, Decimal(i) / 4, i - 8, None, i / 2), 0, 1) for i in range(16)]
+    a += [((0, Decimal("2.00"), 1, None, 1.5), 2, -1), ((1, Decimal("1.25"), 3, None, 2.0), 3, 2)]
+    b = [((0, Decimal("1.000"), None, 1.0), 0, 1), ((1, Decimal("2.001"), None, 3.5), 0, 1),
+         ((0, Decimal("1.000"), None, 1.0), 2, -1), ((0, Decimal("2.499"), None, 0.5), 2, 1),
+         ((1, Decimal("2.001"), None, 3.5), 4, -1), ((1, Decimal("0.250"), None, 7.5), 4, 1)]
+    flow = bands_flow()
+    want = reference(spark, flow.outputs, {"a": a, "b": b})
+    runner = Runner(flow, conf=conf | {"diffspark.host.lookup_rows": "0",
+                                       "diffspark.host.step_rows": "15"}, spark=spark)
+    lo, placements = 0, []
+    for upto in (1, 3, 5, 6):
+        placements.append(runner.step({n: updates_df(spark, ddl, [u for u in ups
+                                                                    if lo <= u[1] < upto])
+                                       for n, (ddl, ups) in (("a", (A, a)), ("b", (B, b)))},
+                                      upto=upto).placement)
+        lo = upto
+        for name in flow.outputs:
+            assert collection(output_rows(runner, name), upto - 1) == \
+                collection(want[name], upto - 1), (name, upto)
+    assert placements == ["spark", "driver", "driver", "driver"]
+    assert any(s["remote_records"] for s in runner.stats().values())
+
+
 def test_band_join_is_refused_when_its_comparison_has_no_range():
     flow = Dataflow()
     a, b = flow.input("a", A + ", s STRING"), flow.input("b", B + ", t STRING")

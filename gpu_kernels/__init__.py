@@ -17,9 +17,9 @@ from .wcoj import count_triangles, extend, list_triangles, orient
 
 __all__ = [
     "BACKENDS", "CSR", "DiffOverflow", "Directory", "add_diffs", "advance_by", "arrays_to_batch",
-    "band_segments", "batch_to_arrays", "between", "build_csr", "build_directory", "compose", "consolidate", "consolidation",
-    "contains", "count_triangles", "directory_ranges", "distinct", "equal_range", "expand",
-    "extend", "gather", "group_starts", "join_times", "less_equal", "list_triangles", "meet_times",
-    "multiply_diffs", "namespace", "neighbours", "orient", "parents", "row_ranges",
-    "running_segments", "sort_by", "spans", "sum_segments", "to_numpy",
+    "band_segments", "batch_to_arrays", "between", "build_csr", "build_directory", "compose",
+    "consolidate", "consolidation", "contains", "count_triangles", "directory_ranges", "distinct",
+    "equal_range", "expand", "extend", "gather", "group_starts", "join_times", "less_equal",
+    "list_triangles", "meet_times", "multiply_diffs", "namespace", "neighbours", "orient",
+    "parents", "row_ranges", "running_segments", "sort_by", "spans", "sum_segments", "to_numpy",
 ]

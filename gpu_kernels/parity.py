@@ -22,7 +22,8 @@ from .expand import compose, dense, expand, gather, parents
 # Modules whose public functions are kernels (backend.py holds namespace plumbing). By
 # import_module: the package re-exports functions named like two of its modules.
 KERNEL_MODULES = tuple(import_module(f"{__package__}.{m}") for m in (
-    "arrow", "band", "consolidate", "csr", "diffs", "expand", "intersect", "timed_index", "times", "wcoj"))
+    "arrow", "band", "consolidate", "csr", "diffs", "expand", "intersect", "timed_index", "times",
+    "wcoj"))
 
 
 @dataclass(frozen=True)

@@ -438,7 +438,6 @@ class Lowering:
         (text, t), = [item for _, item in items]
         groups = [f"`{g.internal}` AS `{n}`" for g, n in zip(agg.cols, names)] if pairs \
             else [f"1 AS `{names[0]}`"]
-        value = agg.coll.map(*groups, f"{text} AS `{v}`")
         cond = c.copy().transform(lambda n: exp.column(v, quoted=True)
                                   if n == subs[0] else n)
         band = _band(cond, rel, v)
@@ -447,6 +446,7 @@ class Lowering:
             # (the same type: no change) for the builder, which cannot infer every one
             value = agg.coll.map(*groups, f"CAST({text} AS {t}) AS `{v}`")
             return Rel(outer.band_join(value, names, band[0], band[1], v).map(*cols), rel.cols)
+        value = agg.coll.map(*groups, f"{text} AS `{v}`")
         joined = Rel(outer.join(value, on=names), rel.cols + [Col(v, None, v, t)])
         return Rel(joined.coll.filter(self._expr(cond, joined, "WHERE")).map(*cols), rel.cols)
 

@@ -268,9 +268,3 @@ def band_comparable(column: Optional[str], value: Optional[str]) -> bool:
     def exact(t):
         return t in INTEGRAL or _decimal(t) is not None
     return (exact(column) and exact(value)) or (column == value and column in ORDERED_ALIKE)
-
-
-def scale_of(t: str) -> int:
-    """The scale of an exact number's type (0 for integers)."""
-    dec = _decimal(t)
-    return 0 if dec is None else dec[1]

@@ -59,6 +59,11 @@ class Run:
     def size(self) -> int:
         return int(self.t.shape[0])
 
+    def taken(self, xp, rows) -> "Run":
+        """The updates at `rows` (in their order)."""
+        return Run(tuple(xp.take(c, rows) for c in self.cols), xp.take(self.t, rows),
+                   xp.take(self.d, rows))
+
     def prefix(self, xp, width: int):
         """(word, lows, highs): the longest prefix of the first `width` columns whose ranges
         multiply below 2**63, as one int64 per row in mixed radix of offsets from each
@@ -234,8 +239,7 @@ class Mirror:
                 parts.append(run)
                 continue
             _, rows = spans(xp, lo, hi)
-            parts.append(Run(tuple(xp.take(c, rows) for c in run.cols), xp.take(run.t, rows),
-                             xp.take(run.d, rows)))
+            parts.append(run.taken(xp, rows))
         return self._concat_all(parts)
 
     def banded(self, asked: list, low, high, groups: list, weight) -> tuple[Run, list, object]:
@@ -247,27 +251,30 @@ class Mirror:
         bound that moves reads only the rows between its old and new value."""
         xp = self.xp
         runs = [r for _, r in self.spine.batches]
-        if self.remote is not None and asked[0].shape[0]:
+        empty = xp.zeros(0, dtype=xp.int64)
+        if not asked[0].shape[0]:
+            return self._concat_all([]), [empty for _ in groups], empty
+        if self.remote is not None:
             runs.insert(0, run_of(xp, *self.remote.fetched(self, _distinct(xp, asked))))
         parts = []
         for run in runs:
-            if not run.size or not asked[0].shape[0]:
+            if not run.size:
                 continue
             lo, hi = _found(xp, run, asked)
             first, stop = between(xp, run.cols[len(asked)], lo, hi, low, high)
             at, first, stop, w = band_segments(xp, groups, first, stop, weight)
             parent, rows = spans(xp, first, stop)
-            parts.append((Run(tuple(xp.take(c, rows) for c in run.cols), xp.take(run.t, rows),
-                              xp.take(run.d, rows)),
-                          [xp.take(g, parent) for g in at], xp.take(w, parent)))
-        run = self._concat_all([p[0] for p in parts])
-        at = [xp.concat([p[1][i] for p in parts]) if parts else xp.zeros(0, dtype=xp.int64)
-              for i in range(len(groups))]
-        w = xp.concat([p[2] for p in parts]) if parts else xp.zeros(0, dtype=xp.int64)
-        if self.upper is not None and parts:  # _concat_all kept the updates below it
-            kept = xp.nonzero(xp.concat([p[0].t for p in parts]) < self.upper)[0]
-            at, w = [xp.take(g, kept) for g in at], xp.take(w, kept)
-        return run, at, w
+            parts.append((run.taken(xp, rows), [xp.take(g, parent) for g in at],
+                          xp.take(w, parent)))
+        if not parts:
+            return self._concat_all([]), [empty for _ in groups], empty
+        run = _concat(xp, *(p[0] for p in parts))
+        at = [xp.concat([p[1][i] for p in parts]) for i in range(len(groups))]
+        w = xp.concat([p[2] for p in parts])
+        if self.upper is None:
+            return run, at, w
+        kept = xp.nonzero(run.t < self.upper)[0]
+        return run.taken(xp, kept), [xp.take(g, kept) for g in at], xp.take(w, kept)
 
     def holds(self, asked: list):
         """Per asked tuple (one array per key column), whether some run holds an update of
@@ -291,9 +298,7 @@ class Mirror:
         run = _concat(xp, *runs)
         if self.upper is None:
             return run
-        rows = xp.nonzero(run.t < self.upper)[0]
-        return Run(tuple(xp.take(c, rows) for c in run.cols), xp.take(run.t, rows),
-                   xp.take(run.d, rows))
+        return run.taken(xp, xp.nonzero(run.t < self.upper)[0])
 
 
 def _distinct(xp, asked: list) -> list:

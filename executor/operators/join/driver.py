@@ -30,9 +30,9 @@ def delta(step, node: ir.Join) -> Changes:
         return step.empty(schema)
     if node.band is not None:
         return _banded(step, node, left, right, schema)
-    parts = [_pairs(step, on, columns(left.batch), found(right.read, left.batch, on, k),
+    parts = [_pairs(step, on, _columns(left.batch), _found(right.read, left.batch, on, k),
                     lrec, out),
-             _pairs(step, on, found(left.old, right.batch, on, k), columns(right.batch),
+             _pairs(step, on, _found(left.old, right.batch, on, k), _columns(right.batch),
                     lrec, out)]
     return step.concat([Changes.of(schema, *p) for p in parts])
 
@@ -45,18 +45,13 @@ def _banded(step, node: ir.Join, left, right, schema) -> Changes:
     xp, b, on, k = step.xp, node.band, list(node.on), len(left.batch.times)
     lrec = left.batch.names
     kinds = (left.batch.schema[b.column].dataType, right.batch.schema[b.value].dataType)
-    a, b_new = columns(left.batch), found(right.read, left.batch, on, k)
-    (acols, at, ad), (bcols, bt, bd) = a, b_new
-    i, j = matches(xp, on, a, b_new)
-    low, high = band.bounds(xp, b.op, xp.take(bcols[b.value], j), *kinds)
-    x = xp.take(acols[b.column], i)
+    a, b_new = _columns(left.batch), _found(right.read, left.batch, on, k)
+    i, j = _matches(xp, on, a, b_new)
+    low, high = band.bounds(xp, b.op, xp.take(b_new[0][b.value], j), *kinds)
+    x = xp.take(a[0][b.column], i)
     kept = xp.nonzero(xp.logical_and(x >= low, x <= high))[0]
-    i, j = xp.take(i, kept), xp.take(j, kept)
-    pairs = ([xp.take(acols[c], i) for c in lrec],
-             list(join_times(xp, tuple(xp.take(t, i) for t in at),
-                             tuple(xp.take(t, j) for t in bt))),
-             multiply_diffs(xp, xp.take(ad, i), xp.take(bd, j)))
-    rcols, rt, rd = columns(right.batch)
+    pairs = _paired(xp, a, b_new, xp.take(i, kept), xp.take(j, kept), lrec, lrec)
+    rcols, rt, rd = _columns(right.batch)
     low, high = band.bounds(xp, b.op, rcols[b.value], *kinds)
     live = low <= high
     for c in on:  # a null key joins nothing
@@ -65,7 +60,7 @@ def _banded(step, node: ir.Join, left, right, schema) -> Changes:
     run, times, weight = left.old.banded([xp.take(rcols[c], rows) for c in on],
                                          xp.take(low, rows), xp.take(high, rows),
                                          [xp.take(t, rows) for t in rt], xp.take(rd, rows))
-    ocols, ot, od = updates(left.old, run, k)
+    ocols, ot, od = _updates(left.old, run, k)
     ranges = ([ocols[c] for c in lrec], list(join_times(xp, tuple(ot), tuple(times))),
               multiply_diffs(xp, od, weight))
     return step.concat([Changes.of(schema, *p) for p in (pairs, ranges)])
@@ -75,14 +70,20 @@ def _pairs(step, on: list[str], a: tuple, b: tuple, lrec: list[str], out: list[s
     """(columns, times, diff) of every pair of a's and b's updates with equal keys:
     columns from a where a has them, times joined, diffs multiplied."""
     xp = step.xp
-    i, j = matches(xp, on, a, b)
+    i, j = _matches(xp, on, a, b)
+    return _paired(xp, a, b, i, j, lrec, out)
+
+
+def _paired(xp, a: tuple, b: tuple, i, j, lrec: list[str], out: list[str]):
+    """(columns, times, diff) of the pairs (a's row i, b's row j): columns from a where a
+    has them, times joined, diffs multiplied."""
     (acols, at, ad), (bcols, bt, bd) = a, b
     cols = [xp.take(acols[c], i) if c in lrec else xp.take(bcols[c], j) for c in out]
     t = join_times(xp, tuple(xp.take(x, i) for x in at), tuple(xp.take(x, j) for x in bt))
     return cols, list(t), multiply_diffs(xp, xp.take(ad, i), xp.take(bd, j))
 
 
-def matches(xp, on: list[str], a: tuple, b: tuple):
+def _matches(xp, on: list[str], a: tuple, b: tuple):
     """(i, j): the rows of a's and b's updates ({column: array}, times, diff) whose keys are
     equal, a pair per row; a null key joins nothing (Spark's `=`)."""
     (acols, _, ad), (bcols, _, bd) = a, b
@@ -101,17 +102,17 @@ def matches(xp, on: list[str], a: tuple, b: tuple):
     return (i if rows is None else xp.take(rows, i)), j
 
 
-def columns(c: Changes) -> tuple:
+def _columns(c: Changes) -> tuple:
     """A batch as ({column: array}, times, diff)."""
     return dict(zip(c.names, c.cols)), c.times, c.d
 
 
-def found(mirror: Mirror, batch: Changes, on: list[str], k: int) -> tuple:
+def _found(mirror: Mirror, batch: Changes, on: list[str], k: int) -> tuple:
     """The mirror's updates under the batch's keys, as ({column: array}, k times, diff)."""
-    return updates(mirror, mirror.rows([batch.col(c) for c in on]), k)
+    return _updates(mirror, mirror.rows([batch.col(c) for c in on]), k)
 
 
-def updates(mirror: Mirror, run: Run, k: int) -> tuple:
+def _updates(mirror: Mirror, run: Run, k: int) -> tuple:
     """A run the mirror read as ({column: array}, k times, diff): an outer mirror read
     inside a scope is at iteration 0."""
     cols = dict(zip(mirror.columns, run.cols))

@@ -270,6 +270,10 @@ def pruning_flow(seen: bool = False) -> Dataflow:
     flow.output("inner", inner.map("g", "dst + 1 AS d"))
     outer = e.join(side, on=["src"], how="left").map("src AS g", "src", "dst", "w", "node")
     flow.output("outer", outer.map("g", "dst").count(by=["g"]))
+    # a chain whose last map lists every column and the next key (SQL's joins lower so),
+    # read only by the next join: it keeps what that join and the output read
+    keyed = e.join(side, on=["src"]).map("src", "dst", "w", "node", "dst AS k")
+    flow.output("chained", keyed.join(w.map("node AS k", "w AS v"), on=["k"]).map("src", "v"))
     if seen:  # a join whose output columns are the output's: nothing to narrow
         flow.output("seen", e.join(w.filter("w > 0").map("node AS src", "w"), on=["src"]))
     return flow
@@ -287,6 +291,13 @@ def test_columns_nothing_reads_above_a_join_are_not_arranged():
     for name in ("inner", "outer"):  # every join's right side keeps its key alone
         assert ("src", "w", "node") in arranged(flow.outputs, name)
         assert not any({"w", "node"} & set(cols) for cols in arranged(done.plan, name)), name
+    # the pass alone (the e-graph's project_below_join narrows this plan too): the chain's
+    # unread columns leave it, and so the arrangements of the join below it
+    from plans.optimizer.prune import pruned
+    narrowed = pruned({"chained": flow.outputs["chained"]})[0]
+    assert [sorted(arranged(plan, "chained")) for plan in (flow.outputs, narrowed)] == [
+        [("k", "v"), ("src", "dst"), ("src", "dst", "w", "node", "k"), ("src", "w", "node")],
+        [("k", "v"), ("src",), ("src", "dst"), ("src", "k")]]
     assert ("src", "w") in arranged(done.plan, "seen")  # the join's output shows `w`
 
 

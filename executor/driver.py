@@ -30,12 +30,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Optional, Union
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql.types import DecimalType, StructType
 
@@ -352,13 +350,13 @@ def arrow_ready(table, schema: StructType, frontier: int,
            for c in table.columns):
         table = table.combine_chunks()
     types, n, columns = table.schema.types, table.num_rows, []
-    for name, arrow, nullable, digits in rules.records:
+    for name, arrow, nullable, decimal in rules.records:
         i = given.get(name)
         if i is None or types[i] != arrow:
             return None
         column = table.column(i)
         if column.null_count and not nullable or \
-                digits is not None and not _within(column, digits):
+                decimal and not _within(column):
             return None
         columns.append(column)
     for special, default in ((TIME, frontier), (DIFF, 1)):
@@ -380,8 +378,8 @@ def arrow_ready(table, schema: StructType, frontier: int,
 @dataclass(frozen=True)
 class _Rules:
     """What arrow_ready asks of an input's columns, worked out once per schema: each record
-    column's (lower-case name, Arrow type, nullable, the digits a DECIMAL may hold before its
-    point, else None), the names a table may have, and the updates' schema."""
+    column's (lower-case name, Arrow type, nullable, whether a DECIMAL), the names a table
+    may have, and the updates' schema."""
 
     records: tuple
     names: frozenset
@@ -391,20 +389,21 @@ class _Rules:
 @per_schema
 def _rules(schema: StructType) -> _Rules:
     records = tuple(
-        (f.name.lower(), arrow.type, f.nullable, f.dataType.precision - f.dataType.scale
-         if isinstance(f.dataType, DecimalType) else None)
+        (f.name.lower(), arrow.type, f.nullable, isinstance(f.dataType, DecimalType))
         for f, arrow in zip(schema.fields, arrow_schema(schema)))
     return _Rules(records, frozenset(r[0] for r in records) | {TIME, DIFF},
                   arrow_schema(updates_schema(list(schema.fields))))
 
 
-def _within(column, digits: int) -> bool:
-    """Whether a decimal128 column holds no value of more than `digits` digits before its
-    point (its type may hold more than its declared precision): wider values are refused
-    by the rules, never coded."""
-    low, high = pc.min_max(column).values()
-    bound = Decimal(10) ** digits
-    return low.as_py() is None or -bound < low.as_py() and high.as_py() < bound
+def _within(column) -> bool:
+    """Whether a decimal128 column holds no value beyond its type's precision (Arrow's
+    buffers may hold more): wider values are refused by the rules, never coded. Arrow's
+    full validation checks exactly that, without a value made a Python Decimal."""
+    try:
+        column.validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return True
 
 
 _SMALL_CHUNK = 1 << 16  # rows

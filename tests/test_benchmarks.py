@@ -230,7 +230,9 @@ def test_tpch_benchmark_smoke(tmp_path):
                          "--out", str(out)])
     assert payload["correct"] and set(payload["queries"]) == {"q06", "q13"}
     assert payload["queries"]["q13"]["duckdb_equal"] and payload["refused"] == {}
-    assert "median refresh ms" in tpch.report(payload)
+    q06 = payload["queries"]["q06"]  # the floor's steps of one order, checked as the others
+    assert payload["params"]["floor_steps"] == 3 and q06["floor_step_s"] > 0
+    assert "1-order step ms" in tpch.report(payload)
 
 
 @pytest.mark.slow

@@ -5,13 +5,13 @@ no Spark (DESIGN §3, §7). Pick `xp` with `namespace(name)`.
 """
 from .arrow import arrays_to_batch, batch_to_arrays
 from .backend import BACKENDS, namespace, to_numpy
-from .band import band_segments, between
+from .band import band_segments
 from .consolidate import consolidate, consolidation, distinct, group_starts, sort_by
 from .csr import (CSR, Directory, build_csr, build_directory, directory_ranges, neighbours,
                   row_ranges, spans)
 from .diffs import DiffOverflow, add_diffs, multiply_diffs, running_segments, sum_segments
 from .expand import compose, expand, gather, parents
-from .intersect import contains, equal_range
+from .intersect import between, contains, equal_range
 from .times import advance_by, join_times, less_equal, meet_times
 from .wcoj import count_triangles, extend, list_triangles, orient
 

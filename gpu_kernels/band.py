@@ -1,23 +1,11 @@
-"""Range lookups of band joins (a left record matches the right records whose value bounds its
-column): the rows of each key's range whose column lies between two bounds, and the ranges of
-rows that a group of weighted bounds covers, net of bounds that cancel.
+"""The ranges of rows that a band join's weighted bounds cover, net of bounds that cancel
+(the range lookup of one bound is intersect.between).
 
 A scalar subquery's bound that moves from an old to a new value arrives as two bounds of
 opposite weight: the rows both cover cancel, so a step reads only the rows between them.
 """
 from .consolidate import consolidate
 from .diffs import running_segments
-from .intersect import _less, _less_equal, _search
-
-
-def between(xp, targets, lo, hi, low, high):
-    """(first, stop): the rows of targets[lo[j]:hi[j]] (each range sorted ascending) whose
-    values lie in [low[j], high[j]] are first[j]:stop[j] (first == stop: none)."""
-    if targets.shape[0] == 0 or lo.shape[0] == 0:
-        return lo, lo
-    first = _search(xp, (targets,), lo, hi, (low,), _less)
-    stop = _search(xp, (targets,), lo, hi, (high,), _less_equal)
-    return first, xp.maximum(first, stop)
 
 
 def band_segments(xp, groups, first, stop, weight):

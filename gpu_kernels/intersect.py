@@ -34,10 +34,19 @@ def equal_range(xp, targets, lo, hi, candidates):
     first[j]:stop[j]. `targets` and `candidates` are tuples of arrays compared
     lexicographically, each range sorted by them: rows sorted by more columns than are
     asked (a prefix of an arrangement's columns) are found by that prefix."""
+    return between(xp, targets, lo, hi, candidates, candidates)
+
+
+def between(xp, targets, lo, hi, low, high):
+    """(first, stop): the rows of targets[lo[j]:hi[j]] (each range sorted ascending) whose
+    values lie in [low[j], high[j]] are first[j]:stop[j] (first == stop: none); a band
+    join's range lookup. Arrays, or tuples of arrays compared lexicographically."""
+    tuples = isinstance(targets, tuple)
+    targets, low, high = (targets, low, high) if tuples else ((targets,), (low,), (high,))
     if targets[0].shape[0] == 0 or lo.shape[0] == 0:
         return lo, lo
-    return (_search(xp, targets, lo, hi, candidates, _less),
-            _search(xp, targets, lo, hi, candidates, _less_equal))
+    first = _search(xp, targets, lo, hi, low, _less)
+    return first, xp.maximum(first, _search(xp, targets, lo, hi, high, _less_equal))
 
 
 def _search(xp, targets, lo, hi, candidates, before):

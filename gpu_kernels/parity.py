@@ -197,7 +197,7 @@ CASES: dict[str, Case] = {
     "lower_bound": Case(_csr_inputs, lambda xp, a: intersect.lower_bound(
         xp, *_targets_ranges(xp, a), a["c"])),
     "equal_range": Case(_csr_inputs, lambda xp, a: _equal_range(xp, a)),
-    "between": Case(_csr_inputs, lambda xp, a: band.between(
+    "between": Case(_csr_inputs, lambda xp, a: intersect.between(
         xp, *_targets_ranges(xp, a), a["c"], a["c"] + 2)),
     "band_segments": Case(_bands, lambda xp, a: band.band_segments(
         xp, [a["g"]], a["first"], a["stop"], a["w"])),

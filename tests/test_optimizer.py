@@ -312,6 +312,12 @@ def test_chains_drop_only_renames_nothing_later_reads():
     assert trimmed((m(("a", "b")), m(("1 AS one",))))[0] == m(("a",))  # never emptied
     for last in ("*", "a + b"):  # names Spark makes: nothing is known, nothing dropped
         assert trimmed((m(("a", "b")), m((last,)))) == (m(("a", "b")), m((last,)))
+    # a map selecting exactly the previous map's columns, in order, is the same chain
+    assert trimmed((m(("a", "b AS c")), m(("a", "c")))) == (m(("a", "b AS c")),)
+    # narrower: the first map keeps what the selection reads, and then is the selection
+    assert trimmed((m(("a", "b AS c")), m(("a",)))) == (m(("a",)),)
+    for other in (("c", "a"), ("a", "c AS d")):  # reordered, renamed: both maps stay
+        assert len(trimmed((m(("a", "b AS c")), m(other)))) == 2, other
     # a computed expression stays (it may raise under ANSI), a rename goes
     assert trimmed((m(("a", "b + 1 AS c", "d AS e")), m(("a AS x",)))) == \
         (m(("a", "b + 1 AS c")), m(("a AS x",)))

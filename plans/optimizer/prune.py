@@ -101,7 +101,19 @@ def _walk(stages: tuple, wanted: Optional[set], hidden: bool) -> tuple[tuple, Op
             wanted = None if more is None else wanted | more
         known = known and wanted is not None  # once not known, the input's reads are not
         out.append(stage)
-    return tuple(reversed(out)), wanted if known else None
+    out.reverse()
+    kept = tuple(s for i, s in enumerate(out) if not (i and _selects_all(out[i - 1], s)))
+    return kept, wanted if known else None
+
+
+def _selects_all(before: ir.Stage, stage: ir.Stage) -> bool:
+    """Whether map `stage` selects exactly the columns map `before` outputs, in their order
+    and names: a narrowed arrangement's selection over a chain already narrowed to it."""
+    if not isinstance(before, ir.Map) or not isinstance(stage, ir.Map):
+        return False
+    pairs, names = renames(stage.exprs), [_alias(e) for e in before.exprs]
+    return pairs is not None and None not in names and \
+        [(src.lower(), out) for src, out in pairs] == [(n.lower(), n) for n in names]
 
 
 def _kept(stage: ir.Map, wanted: set) -> ir.Map:

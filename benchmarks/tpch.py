@@ -213,7 +213,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         row = {"first_step_s": mine["first_step_s"],
                "median_refresh_s": _median(refreshes),
                "floor_step_s": _median(floor),
-               "refresh_steps_on_driver": sum(s["on_driver"] for s in mine["steps"]),
+               "refresh_steps_on_driver": sum(s["on_driver"] for s in refreshes),
+               "floor_steps_on_driver": sum(s["on_driver"] for s in floor),
                "state_records": mine["state_records"]}
         for p, res in peers.items():
             q = res["queries"][n]

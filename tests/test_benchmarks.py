@@ -232,6 +232,7 @@ def test_tpch_benchmark_smoke(tmp_path):
     assert payload["queries"]["q13"]["duckdb_equal"] and payload["refused"] == {}
     q06 = payload["queries"]["q06"]  # the floor's steps of one order, checked as the others
     assert payload["params"]["floor_steps"] == 3 and q06["floor_step_s"] > 0
+    assert (q06["refresh_steps_on_driver"], q06["floor_steps_on_driver"]) == (1, 3)
     assert "1-order step ms" in tpch.report(payload)
 
 

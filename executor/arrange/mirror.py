@@ -251,10 +251,9 @@ class Mirror:
         bound that moves reads only the rows between its old and new value."""
         xp = self.xp
         runs = [r for _, r in self.spine.batches]
-        empty = xp.zeros(0, dtype=xp.int64)
         if not asked[0].shape[0]:
-            return self._concat_all([]), [empty for _ in groups], empty
-        if self.remote is not None:
+            runs = []
+        elif self.remote is not None:
             runs.insert(0, run_of(xp, *self.remote.fetched(self, _distinct(xp, asked))))
         parts = []
         for run in runs:
@@ -266,7 +265,8 @@ class Mirror:
             parent, rows = spans(xp, first, stop)
             parts.append((run.taken(xp, rows), [xp.take(g, parent) for g in at],
                           xp.take(w, parent)))
-        if not parts:
+        if not parts:  # nothing asked, or nothing found
+            empty = xp.zeros(0, dtype=xp.int64)
             return self._concat_all([]), [empty for _ in groups], empty
         run = _concat(xp, *(p[0] for p in parts))
         at = [xp.concat([p[1][i] for p in parts]) for i in range(len(groups))]

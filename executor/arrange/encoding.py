@@ -7,9 +7,10 @@ are equal under Spark's grouping and join semantics (-0.0 = 0.0, NaN = NaN):
   at the column's scale) as themselves, so their codes also sort as the values do;
 - DOUBLE and FLOAT as their IEEE bits turned into an order-preserving integer (NaN last, as
   Spark orders it);
-- STRING and BINARY as codes of a dictionary kept for the runner's lifetime (one per kind, so
-  two columns of a join share codes); these codes do not follow the values' order, and the
-  ordered reductions rank the decoded values instead (`order_keys`).
+- STRING and BINARY as codes of a dictionary (executor/arrange/dictionary.py) kept for the
+  runner's lifetime (one per kind, so two columns of a join share codes); these codes do not
+  follow the values' order, and the ordered reductions rank the decoded values instead
+  (`order_keys`).
 Null is NULL_CODE (int64 min) in every column, so nulls group together and sort first. A
 value that has no code (a BIGINT equal to int64 min, a DECIMAL beyond int64, a nested type)
 raises NoCode: the step then runs on Spark, never with a wrong code.
@@ -27,7 +28,7 @@ from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, Date
                                DoubleType, FloatType, IntegerType, LongType, ShortType, StringType,
                                StructType, TimestampNTZType, TimestampType)
 
-from gpu_kernels import distinct
+from executor.arrange.dictionary import Dictionary
 
 NULL_CODE = np.iinfo(np.int64).min
 _SIGN = np.int64(np.iinfo(np.int64).max)
@@ -78,13 +79,12 @@ class Encoder:
     (append-only: a code once given never changes meaning)."""
 
     def __init__(self):
-        self._values: dict[str, list] = {"string": [], "binary": []}
-        self._codes: dict[str, dict] = {"string": {}, "binary": {}}
-        self._chunks: dict[str, list] = {"string": [], "binary": []}
+        self._dictionaries = {"string": Dictionary(arrow_type(StringType())),
+                              "binary": Dictionary(arrow_type(BinaryType()))}
 
     def size(self) -> int:
         """Distinct STRING and BINARY values held (the dictionaries only grow)."""
-        return sum(len(v) for v in self._values.values())
+        return sum(d.size for d in self._dictionaries.values())
 
     # ------------------------------------------------------------------ encode
     def encode(self, column: pa.Array | pa.ChunkedArray, kind: DataType) -> np.ndarray:
@@ -110,31 +110,11 @@ class Encoder:
             codes[np.asarray(arr.is_null())] = NULL_CODE
         return codes
 
-    def _column(self, kind: str, target: pa.DataType) -> pa.ChunkedArray:
-        """The dictionary's values as Arrow, extended by the values added since last asked
-        (chunks are combined now and then, so a take stays cheap)."""
-        chunks, values = self._chunks[kind], self._values[kind]
-        have = sum(len(c) for c in chunks)
-        if have < len(values):
-            chunks.append(pa.array(values[have:], type=target))
-            if len(chunks) > 32:
-                chunks[:] = [pa.chunked_array(chunks).combine_chunks()]
-        return pa.chunked_array(chunks, type=target)
-
     def _dictionary(self, arr: pa.Array, kind: str) -> np.ndarray:
-        codes, values = self._codes[kind], self._values[kind]
         encoded = arr.dictionary_encode()  # each distinct value looked up once
-        known = []
-        # numpy's object conversion, not to_pylist: about 25x faster (no Arrow scalar a value)
-        for v in encoded.dictionary.to_numpy(zero_copy_only=False).tolist():
-            code = codes.get(v)
-            if code is None:
-                code = codes[v] = len(values)
-                values.append(v)
-            known.append(code)
+        known = self._dictionaries[kind].codes(encoded.dictionary)
         index = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
-        return np.asarray(known, dtype=np.int64)[index] if known else \
-            np.zeros(len(arr), dtype=np.int64)
+        return known[index] if known.shape[0] else np.zeros(len(arr), dtype=np.int64)
 
     # ------------------------------------------------------------------ decode
     def decode(self, codes: np.ndarray, kind: DataType) -> pa.Array:
@@ -144,10 +124,10 @@ class Encoder:
         mask = null if null.any() else None
         target = arrow_type(kind)
         if isinstance(kind, (StringType, BinaryType)):
-            values = self._column(_dict_kind(kind), target)
             if null.all():  # no value (the dictionary may still be empty)
                 return pa.nulls(len(codes), type=target)
-            return _take(values, np.where(null, 0, codes), mask)
+            values = self._dictionaries[_dict_kind(kind)].taken(np.where(null, 0, codes), mask)
+            return values if values.type == target else values.cast(target)
         if isinstance(kind, DecimalType):
             values = np.where(null, 0, codes)
             return decimal_array(values, values >> 63, target, None if mask is None else ~mask)
@@ -160,22 +140,6 @@ class Encoder:
             base = pa.array(codes, mask=mask)
             return (base.cast(pa.int32()) if pa.types.is_date32(target) else base).cast(target)
         return pa.array(codes, mask=mask).cast(target)
-
-
-def _take(values: pa.ChunkedArray, index: np.ndarray, mask) -> pa.Array:
-    """values[index] (null where `mask`), chunk by chunk: Arrow's take over a chunked array
-    concatenates its chunks first, a copy of the whole dictionary for a few values."""
-    bounds = np.cumsum([0] + [len(c) for c in values.chunks])
-    chunk = np.searchsorted(bounds, index, side="right") - 1
-    order = np.argsort(chunk, kind="stable")
-    in_order = chunk[order]
-    parts = []
-    for c in distinct(np, in_order):
-        rows = order[np.searchsorted(in_order, c):np.searchsorted(in_order, c, side="right")]
-        parts.append(values.chunk(int(c)).take(pa.array(index[rows] - bounds[c])))
-    back = np.empty_like(order)
-    back[order] = np.arange(order.shape[0])
-    return pa.concat_arrays(parts).take(pa.array(back, mask=mask))
 
 
 def ordered(kind: DataType) -> bool:

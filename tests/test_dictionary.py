@@ -85,4 +85,5 @@ def test_the_table_grows_and_keeps_every_code():
 @pytest.mark.parametrize("n", [0, 1])
 def test_an_empty_or_single_lookup(n):
     d = Dictionary(pa.string())
+    assert d.taken(np.zeros(0, np.int64)).to_pylist() == []  # no chunk held yet
     assert d.codes(pa.array(["z"] * n)).tolist() == [0] * n

@@ -6,13 +6,13 @@ A step looks up every distinct value it encodes. Keyed by Python objects (a dict
 cost a fresh object, its hash and a few cache misses: about 1 us a value in a dictionary of a
 million strings, a quarter of a TPC-H q10 step of 15,000 orders at SF 1. Here the values
 stay Arrow arrays (the chunks decoding reads), and a lookup hashes the asked values' bytes
-with numpy (`hashes`) and probes an open-addressing table of the held values' hashes, all lookups in
-lockstep (a sorted array of hashes cost a binary search's ~20 cache misses a value). A value
-found by its hash is compared with the held value (Arrow's equal), so a collision of hashes
-costs a slower path (`_settled`), never a wrong code. Those numpy calls cost ~0.1 ms a lookup
-whatever its size, more than a dict for a few values (a computed prefix of 25 distinct
-values a step): a lookup of at most FEW values first asks a small dict of the values such
-lookups met lately.
+with numpy (`hashes`) and probes an open-addressing table of the held values' hashes, all
+lookups in lockstep (a sorted array of hashes cost a binary search's ~20 cache misses a
+value). A value found by its hash is compared with the held value (Arrow's equal), so a
+collision of hashes costs a slower path (`_settled`), never a wrong code. Those numpy calls
+cost ~0.1 ms a lookup whatever its size, more than a dict for a few values (a computed
+prefix of 25 distinct values a step): a lookup of at most FEW values first asks a small
+dict of the values such lookups met lately.
 """
 from __future__ import annotations
 
@@ -67,7 +67,8 @@ class Dictionary:
         if seen.shape[0]:  # the first value held with that hash: is it this one?
             same = pc.equal(values.take(pa.array(seen)), self.taken(first[seen]))
             same = same.to_numpy(zero_copy_only=False).astype(bool)
-            codes[seen[same]] = first[seen[same]]
+            found = seen[same]
+            codes[found] = first[found]
             for i in seen[~same]:  # a collision: the values held after it, one by one
                 codes[i] = self._settled(values[int(i)].as_py(), h[i], slot[i])
         new = np.nonzero(codes < 0)[0]
@@ -78,18 +79,16 @@ class Dictionary:
             self._placed(h[new], codes[new])
         return codes
 
-    def values(self) -> pa.ChunkedArray:
-        """Every value, in code order."""
-        return pa.chunked_array(self._chunks, self.kind)
-
     def taken(self, codes: np.ndarray, mask=None) -> pa.Array:
         """The values of `codes` (null where `mask`), chunk by chunk: Arrow's take over a
         chunked array concatenates its chunks first, a copy of the whole dictionary for a
         few values."""
+        if not codes.shape[0]:  # the dictionary may hold no chunk yet
+            return pa.array([], type=self.kind)
         bounds = self._bounds
         chunk = np.searchsorted(bounds, codes, side="right") - 1
-        if not chunk.shape[0] or chunk.min() == chunk.max():  # one chunk: one take
-            c = int(chunk[0]) if chunk.shape[0] else 0
+        if chunk.min() == chunk.max():  # one chunk: one take
+            c = int(chunk[0])
             return self._chunks[c].take(pa.array(codes - bounds[c], mask=mask))
         order = np.argsort(chunk, kind="stable")
         in_order = chunk[order]

@@ -21,7 +21,7 @@ def lower_bound(xp, targets, lo, hi, candidates):
     targets, candidates = (targets, candidates) if tuples else ((targets,), (candidates,))
     if targets[0].shape[0] == 0 or lo.shape[0] == 0:
         return xp.zeros(lo.shape[0], dtype=xp.bool), lo
-    first = _search(xp, targets, lo, hi, candidates, _less)
+    first = _search(xp, targets, lo, hi, candidates)
     at = xp.minimum(first, xp.asarray(targets[0].shape[0] - 1, dtype=first.dtype))
     equal = xp.take(targets[0], at) == candidates[0]
     for t, c in zip(targets[1:], candidates[1:]):
@@ -45,36 +45,47 @@ def between(xp, targets, lo, hi, low, high):
     targets, low, high = (targets, low, high) if tuples else ((targets,), (low,), (high,))
     if targets[0].shape[0] == 0 or lo.shape[0] == 0:
         return lo, lo
-    first = _search(xp, targets, lo, hi, low, _less)
-    return first, xp.maximum(first, _search(xp, targets, lo, hi, high, _less_equal))
+    first = _search(xp, targets, lo, hi, low)
+    return first, xp.maximum(first, _search(xp, targets, lo, hi, high, inclusive=True))
 
 
-def _search(xp, targets, lo, hi, candidates, before):
-    """Per query, the first index in [lo, hi) whose row is not `before` the candidate."""
+def _search(xp, targets, lo, hi, candidates, inclusive: bool = False):
+    """Per query, the first index in [lo, hi) whose row is not before the candidate (not
+    at or before it where `inclusive`), rows and candidates compared lexicographically.
+    Column by column: each column is searched within the rows equal to the candidate in
+    the columns before it, which after a column or two is mostly a row or none, so a
+    search of many columns costs about one column's rounds, not rounds of every column."""
+    for i, (t, c) in enumerate(zip(targets[:-1], candidates[:-1])):
+        if int(xp.max(hi - lo)) <= 1:  # a row or none each: compared whole, at once
+            return _one_row(xp, targets[i:], lo, hi, candidates[i:], inclusive)
+        lo, hi = _column(xp, t, lo, hi, c, False), _column(xp, t, lo, hi, c, True)
+    return _column(xp, targets[-1], lo, hi, candidates[-1], inclusive)
+
+
+def _one_row(xp, targets, lo, hi, candidates, inclusive: bool):
+    """_search where each range holds at most one row."""
+    at = xp.minimum(lo, xp.asarray(targets[0].shape[0] - 1, dtype=lo.dtype))
+    rows = [xp.take(t, at) for t in targets]
+    before = rows[-1] <= candidates[-1] if inclusive else rows[-1] < candidates[-1]
+    for x, y in zip(reversed(rows[:-1]), reversed(candidates[:-1])):
+        before = xp.logical_or(x < y, xp.logical_and(x == y, before))
+    return xp.where(xp.logical_and(lo < hi, before), lo + 1, lo)
+
+
+def _column(xp, target, lo, hi, candidate, inclusive: bool):
+    """Per query, the first index in [lo, hi) (each range of `target` sorted) whose value is
+    above the candidate (`inclusive`) or not below it: one binary search per query, in
+    lockstep; a search of the whole array (every range all of it) is the sorted search's."""
+    n = target.shape[0]
+    if int(xp.max(lo)) == 0 and int(xp.min(hi)) == n:
+        return xp.searchsorted(target, candidate, side="right" if inclusive else "left")
     first, last = lo, hi
     zero = xp.zeros_like(lo)
     for _ in range(int(xp.max(hi - lo)).bit_length()):
         active = first < last
         mid = xp.where(active, (first + last) // 2, zero)
-        below = xp.logical_and(active, before(xp, [xp.take(t, mid) for t in targets],
-                                              candidates))
+        value = xp.take(target, mid)
+        below = xp.logical_and(active, value <= candidate if inclusive else value < candidate)
         first = xp.where(below, mid + 1, first)
         last = xp.where(xp.logical_and(active, xp.logical_not(below)), mid, last)
     return first
-
-
-def _less(xp, a, b):
-    """Lexicographic a < b over tuples of arrays."""
-    return _compare(xp, a, b, a[-1] < b[-1])
-
-
-def _less_equal(xp, a, b):
-    """Lexicographic a <= b over tuples of arrays."""
-    return _compare(xp, a, b, a[-1] <= b[-1])
-
-
-def _compare(xp, a, b, last):
-    """Lexicographic order of tuples of arrays, `last` deciding ties of all but the last."""
-    for x, y in zip(reversed(a[:-1]), reversed(b[:-1])):
-        last = xp.logical_or(x < y, xp.logical_and(x == y, last))
-    return last

@@ -2,6 +2,7 @@
 2023.12 standard, so a kernel that passes uses nothing cupy may lack). Set
 DIFFSPARK_KERNEL_BACKENDS=cupy (comma-separated list) to re-run the suite on a GPU.
 """
+import bisect
 import math
 from collections import defaultdict
 
@@ -404,6 +405,39 @@ def test_directory_ranges_equal_searches(xp, base, offsets, far):
     for k, a, b in zip(keys, host(xp, lo), host(xp, hi)):  # an absent key: any empty range
         assert (a, b) == (values.index(k), values.index(k) + values.count(k)) if k in values \
             else a == b
+
+
+@examples
+@given(segments=st.lists(st.lists(st.tuples(*[st.integers(0, 2)] * 3), max_size=7),
+                         min_size=1, max_size=3),
+       width=st.integers(1, 3),
+       asks=st.lists(st.tuples(st.integers(0, 3), st.tuples(*[st.integers(-1, 3)] * 3)),
+                     max_size=8))
+def test_tuple_searches_equal_bisection(xp, segments, width, asks):
+    """lower_bound and equal_range over tuples of columns (few values each, so rows tie on
+    leading columns and ranges narrow column by column) agree with Python's bisection of
+    tuples in each sorted range; ask 3 searches the whole array, sorted as one range."""
+    rows, starts = [], [0]
+    for seg in segments:
+        rows += sorted(r[:width] for r in seg)
+        starts.append(len(rows))
+    if not rows:
+        return
+    whole = len(segments) == 1
+    ranges = [(0, len(rows)) if i == 3 and whole else (starts[i % len(segments)],
+              starts[i % len(segments) + 1]) for i, _ in asks]
+    cands = [c[:width] for _, c in asks]
+    cols = tuple(i64(xp, [r[j] for r in rows]) for j in range(width))
+    lo, hi = i64(xp, [a for a, _ in ranges]), i64(xp, [b for _, b in ranges])
+    asked = tuple(i64(xp, [c[j] for c in cands]) for j in range(width))
+    found, at = gk.intersect.lower_bound(xp, cols, lo, hi, asked)
+    first, stop = gk.equal_range(xp, cols, lo, hi, asked)
+    for (a, b), c, f, p, e0, e1 in zip(ranges, cands, host(xp, found), host(xp, at),
+                                       host(xp, first), host(xp, stop)):
+        left = bisect.bisect_left(rows, c, a, b)
+        right = bisect.bisect_right(rows, c, a, b)
+        assert (p, bool(f)) == (left, left < b and rows[left] == c)
+        assert (e0, e1) == (left, right)
 
 
 # band ----------------------------------------------------------------------------------------

@@ -98,3 +98,20 @@ def test_a_step_reads_a_few_rows_per_touched_group(spark, conf, monkeypatch):
     assert result.host and not built and sum(read) <= 4, read
     got = sorted((r["g"], r["x"], r["diff"]) for r in result.arrow("top").to_pylist())
     assert got == [("a", 3994, 1), ("a", 3998, -1)]
+
+
+def test_ties_at_the_cut_go_by_the_record_in_spark_order(spark, conf):
+    """Records tied in the order keys are ranked by the rest of the record in Spark's order,
+    not by codes: "b" and "c" are coded before "a", yet a top 1 of x (tied) keeps "a", and a
+    top 2 per group keeps "a" and "b"; ties within the top, not at its cut, keep them all."""
+    def u(h, x, s, t, d):
+        return (("g", h, x, None, None, None, s), t, d)
+
+    stream = [u(0, 1, "c", 0, 1), u(0, 1, "b", 0, 1), u(1, 0, "z", 0, 1), u(0, 1, "a", 1, 1),
+              u(0, 1, "b", 2, -1), u(0, 1, "a", 3, -1)]
+    flow = Dataflow()
+    s = flow.input("s", S)
+    flow.output("one", s.top_k(1, order_by="x"))
+    flow.output("two", s.top_k(2, order_by="x DESC", by=["g"]))
+    flow.output("all", s.top_k(4, order_by="x", by=["g"]))
+    assert all(three_ways(spark, conf, flow, S, stream, [1, 2, 3, 4]))

@@ -240,16 +240,40 @@ def _top_k(step, node, g, acc, m, kinds, records, schema):
     positive = xp.nonzero(m > 0)[0]
     g, m = xp.take(g, positive), xp.take(m, positive)
     acc = {c: xp.take(v, positive) for c, v in acc.items()}
-    keys = order_columns(step, acc, kinds, records, red.order)
-    # ties by the record; its group keys are equal within a group
-    keys += [xp.asarray(order_keys(step.encoder, to_numpy(xp, acc[c]), kinds[c]))
-             for c in records if c not in node.by]
-    perm = sort_by(xp, [g, *keys])
+    keys = [g, *order_columns(step, acc, kinds, records, red.order)]
+    perm = sort_by(xp, keys)
+    rest = [c for c in records if c not in node.by]  # group keys are equal within a group
+    perm = _ties_ordered(step, perm, [xp.take(k, perm) for k in keys],
+                         [acc[c] for c in rest], [kinds[c] for c in rest])
     g, m = xp.take(g, perm), xp.take(m, perm)
     before = running_segments(xp, m, group_starts(xp, [g])) - m
     keep = xp.nonzero(before < red.k)[0]
     return (xp.take(g, keep), {c: xp.take(xp.take(acc[c], perm), keep) for c in records},
             xp.minimum(xp.take(m, keep), red.k - xp.take(before, keep)))
+
+
+def _ties_ordered(step, perm, ranked: list, rest: list, kinds: list):
+    """`perm` (rows sorted by the `ranked` columns, given in that order) with each run of
+    rows equal in them sorted by the `rest` of their record in Spark's order. Only the
+    tied rows' values are ranked: a STRING's rank decodes its values, and ties are few
+    (a top 20 of 38,000 customers by revenue had none)."""
+    xp = step.xp
+    n = perm.shape[0]
+    if n < 2 or not rest:
+        return perm
+    starts = group_starts(xp, ranked)
+    if starts.shape[0] == n:  # no ties
+        return perm
+    ends = xp.concat([starts[1:], xp.asarray([n], dtype=xp.int64)])
+    long = xp.nonzero(ends - starts > 1)[0]
+    run, tied = spans(xp, xp.take(starts, long), xp.take(ends, long))  # sorted positions
+    rows = xp.take(perm, tied)
+    keys = [xp.asarray(order_keys(step.encoder, to_numpy(xp, xp.take(c, rows)), kind))
+            for c, kind in zip(rest, kinds)]
+    within = sort_by(xp, [run, *keys])
+    out = xp.asarray(perm, copy=True)
+    out[tied] = xp.take(rows, within)
+    return out
 
 
 def order_columns(step, acc: dict, kinds: dict, records: list, order: tuple,

@@ -41,10 +41,14 @@ def between(xp, targets, lo, hi, low, high):
     """(first, stop): the rows of targets[lo[j]:hi[j]] (each range sorted ascending) whose
     values lie in [low[j], high[j]] are first[j]:stop[j] (first == stop: none); a band
     join's range lookup. Arrays, or tuples of arrays compared lexicographically."""
-    tuples = isinstance(targets, tuple)
+    tuples, same = isinstance(targets, tuple), low is high
     targets, low, high = (targets, low, high) if tuples else ((targets,), (low,), (high,))
     if targets[0].shape[0] == 0 or lo.shape[0] == 0:
         return lo, lo
+    if same:  # equal_range: both ends narrow the leading columns alike, once here
+        lo, hi, i = _narrowed(xp, targets, lo, hi, low)
+        targets, low = targets[i:], low[i:]
+        high = low
     first = _search(xp, targets, lo, hi, low)
     return first, xp.maximum(first, _search(xp, targets, lo, hi, high, inclusive=True))
 
@@ -55,11 +59,20 @@ def _search(xp, targets, lo, hi, candidates, inclusive: bool = False):
     Column by column: each column is searched within the rows equal to the candidate in
     the columns before it, which after a column or two is mostly a row or none, so a
     search of many columns costs about one column's rounds, not rounds of every column."""
-    for i, (t, c) in enumerate(zip(targets[:-1], candidates[:-1])):
-        if int(xp.max(hi - lo)) <= 1:  # a row or none each: compared whole, at once
-            return _one_row(xp, targets[i:], lo, hi, candidates[i:], inclusive)
-        lo, hi = _column(xp, t, lo, hi, c, False), _column(xp, t, lo, hi, c, True)
+    lo, hi, i = _narrowed(xp, targets, lo, hi, candidates)
+    if int(xp.max(hi - lo)) <= 1:  # a row or none each: compared whole, at once
+        return _one_row(xp, targets[i:], lo, hi, candidates[i:], inclusive)
     return _column(xp, targets[-1], lo, hi, candidates[-1], inclusive)
+
+
+def _narrowed(xp, targets, lo, hi, candidates):
+    """(lo, hi, i): each range narrowed to its rows equal to the candidate in the first i
+    columns, i at most all but the last, stopping once every range is a row or none."""
+    for i, (t, c) in enumerate(zip(targets[:-1], candidates[:-1])):
+        if int(xp.max(hi - lo)) <= 1:
+            return lo, hi, i
+        lo, hi = _column(xp, t, lo, hi, c, False), _column(xp, t, lo, hi, c, True)
+    return lo, hi, len(targets) - 1
 
 
 def _one_row(xp, targets, lo, hi, candidates, inclusive: bool):

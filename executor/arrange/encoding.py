@@ -126,8 +126,7 @@ class Encoder:
         if isinstance(kind, (StringType, BinaryType)):
             if null.all():  # no value (the dictionary may still be empty)
                 return pa.nulls(len(codes), type=target)
-            values = self._dictionaries[_dict_kind(kind)].taken(np.where(null, 0, codes), mask)
-            return values if values.type == target else values.cast(target)
+            return self._dictionaries[_dict_kind(kind)].taken(np.where(null, 0, codes), mask)
         if isinstance(kind, DecimalType):
             values = np.where(null, 0, codes)
             return decimal_array(values, values >> 63, target, None if mask is None else ~mask)

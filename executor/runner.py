@@ -35,7 +35,7 @@ from executor.operators.reduce.counted import counted
 from executor.runtime import limits
 from executor.runtime.config import (OUTPUT_HISTORY_KEY, host_step_rows, kernel_backend, load_conf,
                                      output_history, partitions)
-from executor.runtime.errors import InputError, StepError
+from executor.runtime.errors import InputError, StepError, first_line
 from executor.runtime.session import spark_session
 from executor.spark import SparkStep, expected_rows
 from executor.subscriptions import Subscription, Subscriptions
@@ -303,7 +303,7 @@ class Runner:
         if isinstance(e, AnalysisException):
             return e
         return StepError(f"step {self.steps + 1} refused, nothing changed: "
-                         f"{_first_line(e)}{limits.memory_hint(e)}")
+                         f"{first_line(e)}{limits.memory_hint(e)}")
 
     def _advance(self, changes, pending, logs, commits, holds, upto, started, ruled=None,
                  placement: str = SparkStep.placement) -> StepResult:
@@ -453,17 +453,3 @@ class TraceHandle:
         trace = self.runner._state.get(self.node)
         if trace is not None:
             trace.holds.pop(id(self), None)
-
-
-def _first_line(e: Exception) -> str:
-    """The informative line of a Spark error: for a Python worker failure, the exception line
-    that closes its traceback; otherwise the first line."""
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    if not lines:
-        return type(e).__name__
-    if "Traceback (most recent call last)" in str(e):
-        python = [ln for ln in lines if not ln.startswith(("at ", "File ", "Traceback"))
-                  and ":" in ln and not ln.startswith("org.apache")]
-        if python:
-            return python[-1][:500]
-    return lines[0][:500]

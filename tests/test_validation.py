@@ -90,9 +90,20 @@ def test_diff_product_overflow_refuses_the_step(spark, runner):
     step is refused with nothing changed."""
     before = state(runner)
     big = updates_df(spark, DDL, [((1, 2**62), 2, 4)])
-    with pytest.raises(StepError, match="refused"):
+    with pytest.raises(StepError, match="refused, nothing changed: .ARITHMETIC_OVERFLOW. long"):
         runner.step({"xs": big}, upto=3)
     assert state(runner) == before
+
+
+def test_a_java_error_is_told_by_its_own_line(spark):
+    """py4j's first line only names the JVM method that threw (a job that failed in
+    localCheckpoint said no more than that); the error a user sees is the Java exception's."""
+    from py4j.protocol import Py4JJavaError
+
+    from executor.runtime.errors import first_line
+    with pytest.raises(Py4JJavaError) as raised:
+        spark._jvm.java.util.Objects.requireNonNull(None, "no x7")
+    assert first_line(raised.value) == "java.lang.NullPointerException: no x7"
 
 
 def test_frontier_rules(spark, runner):

@@ -29,8 +29,8 @@ def conf_from_args(values: list[str]) -> dict[str, str]:
 
 
 def describe(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+    from executor.runtime.errors import first_line
+    return f"{type(e).__name__}: {first_line(e)}" if str(e).strip() else type(e).__name__
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ from pyspark.sql.types import (ByteType, DataType, DecimalType, DoubleType, Floa
 from executor.arrange.encoding import INTEGRAL
 from executor.durability.state import content_digest, digest_of
 from executor.operators.linear.spark import q
-from executor.runtime.errors import InputError
+from executor.runtime.errors import InputError, first_line
 from executor.time import DIFF, TIME
 
 INT64_MAX = 2**63 - 1
@@ -103,7 +103,7 @@ def read_source(spark: SparkSession, name: str, source, schema: StructType) -> D
                 "to_parquet(..., coerce_timestamps='us', allow_truncated_timestamps=True))"
                 if "TIMESTAMP(NANOS" in str(e) else "")
         raise InputError(name, "-", "not a readable parquet file",
-                         _first_line(e) + hint) from None
+                         first_line(e) + hint) from None
 
 
 def _read_csv(spark: SparkSession, name: str, src: CsvSource, schema: StructType) -> DataFrame:
@@ -117,7 +117,7 @@ def _read_csv(spark: SparkSession, name: str, src: CsvSource, schema: StructType
                             inferSchema=False, mode="FAILFAST", enforceSchema=False)
         columns = df.columns
     except Exception as e:  # Spark's reader errors are long; keep the first line
-        raise InputError(name, "-", "not a readable csv file", _first_line(e)) from None
+        raise InputError(name, "-", "not a readable csv file", first_line(e)) from None
     if src.header:
         check_header(name, columns, src, schema)
         return df
@@ -160,10 +160,6 @@ def _format(name: str, path: str) -> str:
     if probe.endswith((".csv", ".csv.gz")):
         return "csv"
     raise InputError(name, "-", "input files must be Parquet (.parquet) or CSV (.csv)", path)
-
-
-def _first_line(e: Exception) -> str:
-    return str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
 
 
 def normalise(name: str, df: DataFrame, schema: StructType, frontier: int,

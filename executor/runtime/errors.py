@@ -39,6 +39,25 @@ class StateError(RuntimeError):
     another plan, repeated steps with different inputs): nothing was read or changed."""
 
 
+def first_line(e: BaseException) -> str:
+    """The informative line of an error, at most 500 characters: for a Python worker's failure,
+    the exception line that closes its traceback; for a Java exception seen through py4j, the
+    Java exception's own line (py4j's first line only names the method that was called);
+    otherwise the first line."""
+    text = str(e)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return type(e).__name__
+    if "Traceback (most recent call last)" in text:
+        python = [ln for ln in lines if not ln.startswith(("at ", "File ", "Traceback"))
+                  and ":" in ln and not ln.startswith("org.apache")]
+        if python:
+            return python[-1][:500]
+    if lines[0].startswith("An error occurred while calling") and len(lines) > 1:
+        return lines[1].lstrip(": ")[:500]
+    return lines[0][:500]
+
+
 INTERNAL = re.compile(r"^__|^(time|diff)$")  # the executor's columns, never the user's
 
 

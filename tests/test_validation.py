@@ -3,6 +3,7 @@ state and outputs exactly as they were before the step."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import example, given, settings, strategies as st
 
 from conftest import outputs_rows, updates_df
 from executor import InputError, PlanError, Runner, StepError
@@ -266,6 +267,37 @@ def test_decimal_beyond_its_precision_in_its_own_arrow_type(spark, conf):
             r.step({"xs": table(precision, [150, 1 - big])}, upto=1)
             assert [v for _, v in values(r)] == [Decimal(150).scaleb(-2),
                                                  Decimal(1 - big).scaleb(-2)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(precision=st.sampled_from([1, 2, 9, 15, 18, 19, 20, 38]),
+       values=st.lists(st.tuples(st.integers(-6, 6), st.integers(-1, 1), st.booleans()),
+                       max_size=12),
+       skip=st.integers(0, 3), cuts=st.lists(st.integers(0, 12), max_size=3))
+@example(precision=15, values=[(0, 0, True), (-1, 0, True)], skip=0, cuts=[1])  # -10**15
+@example(precision=15, values=[(1, 0, True), (0, 0, True)], skip=0, cuts=[])  # 10**15
+@example(precision=15, values=[(-1, 1, True), (1, -1, True)], skip=0, cuts=[])  # +-(10**15-1)
+def test_a_decimal_column_is_within_its_precision_iff_every_valid_value_is(precision, values,
+                                                                            skip, cuts):
+    """_within against Python's integers: unscaled values at and around +-10**precision,
+    +-2**63, 2**64 and 0, null slots holding out-of-range values, an array sliced past its
+    start, split in chunks."""
+    import pyarrow as pa
+
+    from executor.driver import _within
+    bases = [0, 10 ** precision, 2 ** 63, 2 ** 64, 10 ** 38 - 1, 1, 7]
+    unscaled = [(1 if b >= 0 else -1) * bases[abs(b)] + e for b, e, _ in values]
+    valid = [ok for _, _, ok in values]
+    words = b"".join(u.to_bytes(16, "little", signed=True) for u in unscaled)
+    mask = pa.array(valid, pa.bool_()).buffers()[1] if values else None
+    array = pa.Array.from_buffers(pa.decimal128(precision, 0), len(unscaled),
+                                  [mask, pa.py_buffer(words)]).slice(skip)
+    bounds = sorted({0, len(array), *(min(c, len(array)) for c in cuts)})
+    column = pa.chunked_array([array.slice(a, b - a) for a, b in zip(bounds, bounds[1:])],
+                              pa.decimal128(precision, 0))
+    expected = all(abs(u) < 10 ** precision
+                   for u, ok in list(zip(unscaled, valid))[skip:] if ok)
+    assert _within(column) == expected
 
 
 def test_refusals_show_a_value_and_its_row(spark, conf, tmp_path):

@@ -44,7 +44,6 @@ from executor.arrange.spine import as_table, local_rows
 from executor.durability.state import arrow_digest
 from executor.inputs.local import local_table
 from executor.inputs.updates import CsvSource, normalise, read_source
-from executor.lateness import holds_back
 from executor.operators.iterate import driver as iterate
 from executor.operators.join import driver as join
 from executor.operators.linear import driver as linear
@@ -108,6 +107,7 @@ class DriverStep(Walk):
         super().__init__(runner, upto)
         self.sources, self.held = sources, held
         self.xp = namespace(runner.backend)
+        self._none = self.xp.zeros(0, dtype=self.xp.int64)
         self.encoder = runner.encoder
         self.spark = runner.spark
 
@@ -145,9 +145,13 @@ class DriverStep(Walk):
         return Unsupported(node.label())
 
     def empty(self, schema: StructType) -> Changes:
-        none = self.xp.zeros(0, dtype=self.xp.int64)
-        k = 2 if ITERATION in schema.fieldNames() else 1
-        return Changes.of(schema, [none for _ in schema.fields[:-1 - k]], [none] * k, none)
+        """No updates with `schema` (records, time, [iteration,] diff). Most operators of a
+        step that touches a few inputs make one: one empty array serves every column."""
+        fields = schema.fields
+        k = 2 if len(fields) > 2 and fields[-2].name == ITERATION else 1
+        none = self._none
+        return Changes(schema, [none] * (len(fields) - 1 - k), none, none, [none] * (k - 1),
+                       canonical=True)
 
     def concat(self, parts: list[Changes]) -> Changes:
         xp = self.xp
@@ -259,7 +263,8 @@ def step(runner, updates: dict, upto: Optional[int]) -> Optional[Done]:
     except Unsupported:
         return None
     arrow = {name: arrow_schema(runner.schemas[name]) for name in outs}
-    tables = {name: c.table(walk.xp, walk.encoder).cast(arrow[name]) for name, c in outs.items()}
+    tables = {name: c.table(walk.xp, walk.encoder).cast(arrow[name]) if c.size
+              else arrow[name].empty_table() for name, c in outs.items()}
     pending = {name: None if walk.pending[name] is None else walk.pending[name].cast(arrow[name])
                for name in outs}
     state = {key: table for key, table in walk.pending.items() if key not in outs}
@@ -295,7 +300,7 @@ def _held(runner) -> Optional[dict]:
     driver's state may (diffspark.host.mirror_rows)."""
     limit = host_mirror_rows(runner.conf)
     held = {}
-    for key in [*runner._pending, *_holding(runner)]:
+    for key in [*runner._pending, *runner._holding]:
         value = runner._pending[key] if isinstance(key, str) else runner._state.get(key)
         if value is None:
             continue
@@ -303,19 +308,6 @@ def _held(runner) -> Optional[dict]:
         if held[key] is None:
             return None
     return held
-
-
-def _holding(runner) -> list:
-    """The keys of the runner's state under which reductions and queries may hold updates
-    (asked for one by one: a resumed runner's state reads an entry when asked,
-    executor/durability/state.py `_LazyState`)."""
-    keys = []
-    for node in ir.topological(runner.plan.values()):
-        if isinstance(node, ir.Reduce) and holds_back(node, runner._late):
-            keys.append(node)
-        elif isinstance(node, ir.Query) and holds_back(node, runner._late):
-            keys += [(node, r) for r in node.relations]
-    return keys
 
 
 def checked(spark, name: str, rows, schema: StructType, frontier: int,

@@ -33,3 +33,17 @@ def late(plan: dict) -> set:
 def holds_back(node: ir.Node, late_nodes: set) -> bool:
     """Whether a reduction or query may have updates to hold back (an input that is late)."""
     return any(c in late_nodes for c in node.children())
+
+
+def holding(plan: dict, late_nodes: set) -> list:
+    """The keys of a runner's state under which reductions and queries may hold updates
+    for later times: the Reduce, or (Query, relation), of each that holds back, in plan
+    order. Worked out once per plan: a driver step asks for each entry by its key (a resumed
+    runner's state reads an entry when asked, executor/durability/state.py `_LazyState`)."""
+    keys = []
+    for node in ir.topological(plan.values()):
+        if isinstance(node, ir.Reduce) and holds_back(node, late_nodes):
+            keys.append(node)
+        elif isinstance(node, ir.Query) and holds_back(node, late_nodes):
+            keys += [(node, r) for r in node.relations]
+    return keys

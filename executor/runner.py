@@ -29,7 +29,7 @@ from executor.arrange.trace import Trace
 from executor.durability.state import arrow_digest
 from executor.inputs import tables as input_tables
 from executor.inputs.updates import normalise, read_source
-from executor.lateness import late
+from executor.lateness import holding, late
 from executor.operators.linear import spark as linear
 from executor.operators.reduce.counted import counted
 from executor.runtime import limits
@@ -119,6 +119,7 @@ class Runner:
         self.partitions = partitions(self.conf)
         self._counted = counted(self.plan)  # arrangements counts keep as totals (reduce/counted.py)
         self._late = late(self.plan)  # what may change at or after upto (lateness.py)
+        self._holding = holding(self.plan, self._late)  # state keys of updates held back
         # the most rows per input of a step on the driver (runtime/config.py host_step_rows)
         self.step_rows = host_step_rows(
             self.conf, local=self.spark.sparkContext.master.startswith("local"))

@@ -77,7 +77,12 @@ class Walk:
 
 def operator_name(node: ir.Node) -> str:
     """An operator as users read it: its label, and for an arrangement what it arranges
-    (runner.stats() names traces so)."""
+    (runner.stats() names traces so). Kept on the node: every step names every operator it
+    times, and formatting a plan's labels costs ~0.6 us a node."""
+    return ir.kept(node, "_operator_name", _named)
+
+
+def _named(node: ir.Node) -> str:
     if isinstance(node, ir.Arrange):
         source = node.input
         return f"{node.label()} of " + (source.name if isinstance(source, ir.Input)

@@ -505,7 +505,7 @@ def _hashed_once(cls: type) -> None:
     if fields_hash is None:
         return
 
-    def __hash__(self) -> int:
+    def __hash__(self) -> int:  # kept() inlined: a step hashes nodes hundreds of times
         h = self.__dict__.get("_hash")
         if h is None:
             h = fields_hash(self)
@@ -513,6 +513,16 @@ def _hashed_once(cls: type) -> None:
         return h
 
     cls.__hash__ = __hash__
+
+
+def kept(node, key: str, compute):
+    """A value derived from a node alone (nodes are frozen): computed the first time it is
+    asked for, then kept on the node under `key`."""
+    value = node.__dict__.get(key)
+    if value is None:
+        value = compute(node)
+        object.__setattr__(node, key, value)
+    return value
 
 
 def _node_getstate(self) -> dict:

@@ -244,8 +244,10 @@ def test_a_spark_step_reads_the_totals_it_changes_and_regroups_only_unsure_keys(
     step of changes to groups that keep records is answered from the totals, without the
     grid path that reads the groups; a step that empties a group re-evaluates that key
     alone from its group (a zero weight does not prove it empty); a driver step between
-    them leaves totals that the next Spark step rebuilds. Checked against the reference."""
-    from executor.operators.reduce import spark as grid
+    them leaves totals that the next Spark step rebuilds, and only that step (and the
+    load) rebuilds them from the trace's batches: a step that appends to the trace keeps
+    them. Checked against the reference."""
+    from executor.operators.reduce import spark as grid, spark_totals
     from executor.reference import reference
 
     flow = Dataflow()
@@ -257,6 +259,10 @@ def test_a_spark_step_reads_the_totals_it_changes_and_regroups_only_unsure_keys(
     monkeypatch.setattr(grid, "_regrouped", lambda node, view, ready, *a: regrouped.append(
         sorted(r[0] for r in ready.select("k").distinct().collect())) or
         real(node, view, ready, *a))
+    rebuilt = []
+    real_rebuilt = spark_totals._rebuilt
+    monkeypatch.setattr(spark_totals, "_rebuilt", lambda view, frontier, *a: rebuilt.append(
+        frontier) or real_rebuilt(view, frontier, *a))
     load = [_u(0, 1, k="abc"[i % 3], g=i, x=i, p=f"{i}.00") for i in range(300)]
     steps = [
         load,
@@ -279,6 +285,7 @@ def test_a_spark_step_reads_the_totals_it_changes_and_regroups_only_unsure_keys(
         for name in flow.outputs:
             assert got[name] == [u for u in expected[name] if u[1] < upto], (name, upto)
     assert seen == [[], [["d"]], [["d"], ["d"]], [], []], seen
+    assert rebuilt == [0, 0, 4, 4], rebuilt  # the load's and the step after the driver's
 
 
 def test_a_spark_step_of_one_time_emits_consolidated_changes_unconsolidated_by_the_runner(

@@ -57,8 +57,9 @@ class Trace:
     `totals` holds what the driver's abelian reductions keep per key of this trace
     (executor/operators/reduce/totals.py); a Spark step's append drops them with the mirror.
     `spark_totals` holds the Spark placement's (executor/operators/reduce/spark_totals.py):
-    an append of a batch drops them unless the reduction adds its own, and a driver step's
-    trace starts without them (they are rebuilt from the batches when next needed)."""
+    an append carries them, as each says up to which frontier it holds (a step whose
+    reduction did not run leaves them behind that frontier), and a driver step's trace
+    starts without them (they are rebuilt from the batches when next needed)."""
 
     keys: list[str]
     time_cols: list[str]
@@ -122,7 +123,7 @@ class Trace:
         return Trace(self.keys, self.time_cols, self.partitions,
                      spine.appended(batch, size) if size else spine,
                      max(self.since, since), upper, self.holds, mirrorable=self.mirrorable,
-                     spark_totals={} if size else dict(self.spark_totals),
+                     spark_totals=dict(self.spark_totals),
                      backend=self.backend)
 
     def driver_appended(self, mirror: Mirror, upper: int, since: int,

@@ -30,7 +30,9 @@ from executor.durability.state import arrow_digest
 from executor.inputs import tables as input_tables
 from executor.inputs.updates import normalise, read_source
 from executor.lateness import holding, late
+from executor.operators.join import check_keys
 from executor.operators.linear import spark as linear
+from executor.operators.query import check_variables
 from executor.operators.reduce.counted import counted
 from executor.runtime import limits
 from executor.runtime.config import (OUTPUT_HISTORY_KEY, host_step_rows, kernel_backend, load_conf,
@@ -134,6 +136,8 @@ class Runner:
         self.schemas = {name: df.schema for name, df in resolved.items()}
         # every node's update schema as Spark resolves it: the driver's steps keep its types
         self.node_schemas = {node: df.schema for node, df in resolving.memo.items()}
+        check_keys(self.plan, self.node_schemas)  # both placements compare keys alike
+        check_variables(self.plan, self.node_schemas)
         # the driver's codes of column values (executor/arrange/encoding.py); an importing runner
         # shares its source's, so the source's mirror is read as it is
         shared = [n.handle.runner.encoder for n in ir.topological(self.plan.values())

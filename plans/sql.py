@@ -18,7 +18,8 @@ import sqlglot
 from sqlglot import exp
 
 from .errors import PlanError
-from .types import avg_type, band_comparable, columns_of, ddl_columns, expression_type
+from .types import (avg_type, band_comparable, columns_of, common_type, ddl_columns,
+                    expression_type, same_type)
 
 NON_DETERMINISTIC = {"rand", "random", "randn", "uuid", "shuffle", "now", "current_date",
                      "current_timestamp", "current_time", "localtimestamp", "curdate",
@@ -312,29 +313,40 @@ class Lowering:
                 left, right = (left, filtered) if how == "left" else (filtered, right)
             rest = []
         names = [self.fresh("k") for _ in keys]
-        lk = self._keyed(left, [a for a, _ in keys], names)
-        rk = self._keyed(right, [b for _, b in keys], names)
-        for a, b in keys:
-            self._same_types(a, left, b, right)
+        casts = self._key_casts(keys, left, right)
+        lk = self._keyed(left, [a for a, _ in keys], names, [mine for mine, _ in casts])
+        rk = self._keyed(right, [b for _, b in keys], names, [theirs for _, theirs in casts])
         rel = Rel(lk.join(rk, on=names, how=how), left.cols + right.cols)
         for c in rest:
             rel = Rel(rel.coll.filter(self._expr(c, rel, "ON")), rel.cols)
         return rel
 
-    def _same_types(self, a, left: Rel, b, right: Rel) -> None:
-        """Keys compared by a join are of one type where the plan knows both (a join
-        compares values as stored; Spark would cast one side)."""
-        ta = expression_type(_resolved(a, left), left.types())
-        tb = expression_type(_resolved(b, right), right.types())
-        if ta and tb and ta != tb:
-            raise refuse(f"join key {_text(a)} ({ta}) = {_text(b)} ({tb})",
-                         "CAST one side to the other's type")
+    def _key_casts(self, pairs, left: Rel, right: Rel) -> list[tuple]:
+        """Per key pair a = b (a of `left`, b of `right`), the types to CAST a and b to
+        (None: as it is) so that both compare in the type Spark compares them in
+        (types.common_type: a join compares values as stored, Spark casts a side). Keys of
+        two known types without an exact common type are refused."""
+        casts = []
+        for a, b in pairs:
+            ta = expression_type(_resolved(a, left), left.types())
+            tb = expression_type(_resolved(b, right), right.types())
+            if ta is None or tb is None or same_type(ta, tb):
+                casts.append((None, None))
+                continue
+            t = common_type(ta, tb)
+            if t is None:
+                raise refuse(f"join key {_text(a)} ({ta}) = {_text(b)} ({tb})",
+                             "CAST one side to the other's type")
+            casts.append(tuple(None if same_type(x, t) else t for x in (ta, tb)))
+        return casts
 
-    def _keyed(self, rel: Rel, exprs, names):
-        """Only the columns the query sees, plus the join keys."""
+    def _keyed(self, rel: Rel, exprs, names, casts=None):
+        """Only the columns the query sees, plus the join keys (each CAST to its type in
+        `casts`, where given and not None)."""
+        casts = casts or [None] * len(names)
         return rel.coll.map(*(f"`{c.internal}`" for c in rel.cols),
-                            *(f"{self._expr(e, rel, 'ON')} AS `{n}`"
-                              for e, n in zip(exprs, names)))
+                            *(f"{_cast(self._expr(e, rel, 'ON'), t)} AS `{n}`"
+                              for e, n, t in zip(exprs, names, casts)))
 
     def _key_pair(self, c, left: Rel, right: Rel):
         if not isinstance(c, exp.EQ):
@@ -418,17 +430,17 @@ class Lowering:
             q = q.copy()
             q.set("expressions", [exp.alias_(q.expressions[0], "value")])
         v, cols = self.fresh("scalar"), [f"`{col.internal}`" for col in rel.cols]
+        casts = self._key_casts(pairs, rel, inside)
         if pairs:
             _null_over_no_rows(subs[0], q.expressions[0], c)
-            for a, b in pairs:
-                self._same_types(a, rel, b, inside)
             names = [self.fresh("corr") for _ in pairs]
-            outer = self._keyed(rel, [a for a, _ in pairs], names)
+            outer = self._keyed(rel, [a for a, _ in pairs], names, [mine for mine, _ in casts])
             # the magic set: only the groups some outer row asks for are aggregated (the
             # others' values are never read), so a change of the inner rows of groups no
             # outer row has (TPC-H Q17's other parts) stops at a semijoin
-            inside = Rel(self._keyed(inside, [b for _, b in pairs], names).semijoin(
-                outer, on=names), inside.cols)
+            inside = Rel(self._keyed(inside, [b for _, b in pairs], names,
+                                     [theirs for _, theirs in casts]).semijoin(outer, on=names),
+                         inside.cols)
             agg, items = self._aggregate(q, inside, exp.Group(expressions=[
                 b.copy() for _, b in pairs]), None)
         else:
@@ -436,7 +448,8 @@ class Lowering:
             names = [self.fresh("one")]
             outer = rel.coll.map(*cols, f"1 AS `{names[0]}`")
         (text, t), = [item for _, item in items]
-        groups = [f"`{g.internal}` AS `{n}`" for g, n in zip(agg.cols, names)] if pairs \
+        groups = [f"{_cast(f'`{g.internal}`', t)} AS `{n}`"
+                  for g, n, (_, t) in zip(agg.cols, names, casts)] if pairs \
             else [f"1 AS `{names[0]}`"]
         cond = c.copy().transform(lambda n: exp.column(v, quoted=True)
                                   if n == subs[0] else n)
@@ -503,12 +516,13 @@ class Lowering:
         sub = self.query(c.args["query"].this, ctes)
         if len(sub.cols) != 1:
             raise PlanError(f"sql: IN (subquery) selects {len(sub.cols)} columns (rule: one)")
-        self._same_types(c.this, rel, exp.column(sub.cols[0].internal, quoted=True),
-                         Rel(sub.coll, [Col(sub.cols[0].internal, None, sub.cols[0].internal,
-                                            sub.cols[0].type)]))
+        value = sub.cols[0].internal
+        (mine, theirs), = self._key_casts(
+            [(c.this, exp.column(value, quoted=True))], rel,
+            Rel(sub.coll, [Col(value, None, value, sub.cols[0].type)]))
         k = self.fresh("in")
-        return (self._keyed(rel, [c.this], [k]),
-                sub.coll.map(f"`{sub.cols[0].internal}` AS `{k}`"), k)
+        return (self._keyed(rel, [c.this], [k], [mine]),
+                sub.coll.map(f"{_cast(f'`{value}`', theirs)} AS `{k}`"), k)
 
     def _exists(self, rel: Rel, q, ctes, negated: bool) -> Rel:
         """[NOT] EXISTS (SELECT ... FROM ... WHERE outer = inner AND ...): a semijoin
@@ -521,10 +535,11 @@ class Lowering:
         if not keys:
             raise refuse("uncorrelated EXISTS", "it is a global condition")
         names = [self.fresh("ex") for _ in keys]
-        outer = self._keyed(rel, [a for a, _ in keys], names)
+        casts = self._key_casts(keys, rel, inside)
+        outer = self._keyed(rel, [a for a, _ in keys], names, [mine for mine, _ in casts])
         # the mixed predicates read the inside's columns after the join
-        probe = inside.coll.map(*(f"{self._expr(b, inside, 'EXISTS')} AS `{n}`"
-                                  for (_, b), n in zip(keys, names)),
+        probe = inside.coll.map(*(f"{_cast(self._expr(b, inside, 'EXISTS'), t)} AS `{n}`"
+                                  for (_, b), n, (_, t) in zip(keys, names, casts)),
                                 *(f"`{c.internal}`" for c in (inside.cols if mixed else [])))
         if mixed:
             outer, probe, names = self._mixed(rel, inside, outer, probe, names, mixed)
@@ -781,6 +796,11 @@ class Lowering:
 # ---------------------------------------------------------------------- helpers
 _FLIPPED = {">": "<", ">=": "<=", "<": ">", "<=": ">=", "=": "="}
 _BAND_OPS = {exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<=", exp.EQ: "="}
+
+
+def _cast(text: str, t: Optional[str]) -> str:
+    """An expression's text CAST to type t (None: as it is)."""
+    return text if t is None else f"CAST({text} AS {t})"
 
 
 def _band(cond, rel: Rel, value: str) -> Optional[tuple[str, str]]:

@@ -229,6 +229,34 @@ def _decimal(t: Optional[str]) -> Optional[tuple[int, int]]:
     return p, s
 
 
+def common_type(a: Optional[str], b: Optional[str]) -> Optional[str]:
+    """The type Spark compares `a = b` in (its implicit widening of the two sides) where it
+    holds every value of both exactly: either type where they are one, the wider integer,
+    and for a decimal and an integer or another decimal DECIMAL(range + scale, scale) of
+    the larger integral range and scale (DecimalPrecision.widerDecimalType) within 38
+    digits; None otherwise (an unknown type, another pair, a wider decimal past 38)."""
+    if a is None or b is None:
+        return None
+    if a == b or a in INTEGRAL and b in INTEGRAL:
+        return max(a, b, key=INTEGRAL.index) if a in INTEGRAL else a
+    da, db = (_decimal(t) or INTEGRAL_DECIMAL.get(t) for t in (a, b))
+    if da is None or db is None:
+        return None
+    if da == db and (a in INTEGRAL) == (b in INTEGRAL):
+        return a
+    scale = max(da[1], db[1])
+    precision = max(da[0] - da[1], db[0] - db[1]) + scale
+    return f"DECIMAL({precision}, {scale})" if precision <= MAX_PRECISION else None
+
+
+def same_type(a: Optional[str], b: Optional[str]) -> bool:
+    """Whether two known type names name one type (DECIMAL(p,s) however spaced)."""
+    if a is None or b is None:
+        return False
+    da, db = _decimal(a), _decimal(b)
+    return da == db if da or db else a.upper() == b.upper()
+
+
 def sum_type(t: Optional[str]) -> Optional[str]:
     """Spark's Sum result type: integral -> BIGINT, DECIMAL(p, s) -> DECIMAL(p + 10, s)
     (at most 38), FLOAT/DOUBLE -> DOUBLE."""

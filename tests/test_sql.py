@@ -4,13 +4,14 @@ the reference interpreter after every step; what is not supported is refused whe
 is built, with one line naming the construct."""
 from __future__ import annotations
 
+import datetime as dt
 from decimal import Decimal
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from batch_check import check_steps, cuts, lifetimes
+from batch_check import HORIZON, SPARK_ONLY, check_steps, cuts, lifetimes
 from conftest import examples
 from plans import Dataflow, PlanError
 
@@ -86,9 +87,43 @@ QUERIES = {
     "band_equal": "SELECT k, x FROM t WHERE x = (SELECT min(y) FROM u)",
     "global_derived": """SELECT n * 2 AS n2, m FROM (SELECT count(*) AS n, min(y) AS m FROM u
                          WHERE s = 'a') AS c""",
+    # keys of two types compare in Spark's common type (types.common_type): DECIMAL(7, 2)
+    # with BIGINT in DECIMAL(22, 2); a join compares values as stored, so each side is cast
+    "mixed_type_join": "SELECT t.k, x, d, y FROM t JOIN u ON u.y = t.d * 2",
+    "mixed_type_exists": "SELECT k, d FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.y = t.d * 2)",
+    "mixed_type_in": "SELECT k, d FROM t WHERE d * 2 IN (SELECT y FROM u WHERE s = 'a')",
+    "mixed_type_scalar": """SELECT k, x FROM t
+                            WHERE x <= (SELECT max(y) FROM u WHERE u.y = t.d * 2)""",
     "aggregate_of_aggregate": """SELECT n, count(*) AS groups
                                  FROM (SELECT g, count(*) AS n FROM t GROUP BY g) AS c
                                  GROUP BY n""",
+}
+
+
+# every column type the inputs take, through Spark's functions, casts and null rules
+V = "k BIGINT, s STRING, d DATE, ts TIMESTAMP, f DOUBLE, b BOOLEAN, m DECIMAL(10,3), i INT"
+v_rec = st.tuples(st.integers(0, 3), maybe(st.sampled_from(["a", "b", "ab", ""])),
+                  maybe(st.sampled_from([dt.date(2020, 1, 31), dt.date(2020, 2, 29)])),
+                  maybe(st.sampled_from([dt.datetime(2020, 5, 1, 3, 4, 5),
+                                         dt.datetime(2021, 1, 1)])),
+                  maybe(st.sampled_from([0.5, -1.25, 3.0])), maybe(st.booleans()),
+                  maybe(st.sampled_from([Decimal("1.250"), Decimal("-0.505"),
+                                         Decimal("12.345")])), maybe(st.integers(-2, 3)))
+TYPED = {
+    "case_null": """SELECT k, CASE WHEN i > 0 THEN 'pos' WHEN i < 0 THEN 'neg' END AS sg,
+                    coalesce(s, 'none') AS s2, nullif(i, 0) AS ni FROM v""",
+    "integers": "SELECT k, i div 2 AS q, i % 3 AS r, k / 2 AS h, abs(i) AS a FROM v",
+    "dates": """SELECT k, date_add(d, 3) AS d3, datediff(d, DATE'2020-01-01') AS dd,
+                year(d) AS y, add_months(d, 1) AS am, to_date(ts) AS td FROM v""",
+    "in_lists": """SELECT k, i, i IN (1, 2, NULL) AS in_null, i NOT IN (1, NULL) AS out_null,
+                   i IS DISTINCT FROM 1 AS other FROM v WHERE b OR b IS NULL""",
+    "casts": """SELECT k, cast(i AS STRING) AS si, cast(m AS BIGINT) AS mi,
+                cast(i AS DECIMAL(5,1)) AS id, round(m, 1) AS rm, m * 2 - i AS e FROM v""",
+    "typed_groups": """SELECT s, min(d) AS md, max(ts) AS mt, sum(m) AS sm, avg(m) AS am,
+                       count(DISTINCT i) AS di, max(b) AS mb, min(f) AS mf FROM v GROUP BY s""",
+    # keys of two types (BIGINT = INT) cast to the common one; the NULL-padded anti pattern
+    "anti_by_left_join": """SELECT a.k, a.i FROM v a LEFT JOIN v b ON a.k = b.i
+                            WHERE b.k IS NULL""",
 }
 
 
@@ -96,6 +131,7 @@ def sql_flow(queries) -> Dataflow:
     flow = Dataflow()
     flow.input("t", T)
     flow.input("u", U)
+    flow.input("v", V)
     for name, text in queries.items():
         flow.output(name, flow.sql(text))
     return flow
@@ -114,6 +150,28 @@ def spark_sql(spark, queries):
 def test_sql_views_match_spark_sql_and_reference(spark, conf, t, u, cut_list):
     check_steps(spark, conf, sql_flow(QUERIES), {"t": (T, t), "u": (U, u)}, cut_list,
                 spark_sql(spark, QUERIES))
+
+
+@settings(max_examples=examples(1, 2), deadline=None, suppress_health_check=list(HealthCheck))
+@given(v=lifetimes(v_rec), cut_list=cuts)
+def test_sql_over_every_column_type_matches_spark_sql_and_reference(spark, conf, v, cut_list):
+    check_steps(spark, conf, sql_flow(TYPED), {"t": (T, []), "u": (U, []), "v": (V, v)},
+                cut_list, spark_sql(spark, TYPED))
+
+
+@pytest.mark.parametrize("placement", ["driver", "spark"])
+def test_keys_of_two_types_meet_as_spark_compares_them(spark, conf, placement):
+    """Keys DECIMAL(7, 2) = BIGINT in a join, EXISTS, IN and a correlated scalar subquery
+    meet in Spark's common type on both placements, as Spark SQL and the reference say: the
+    driver compares values as stored, where -1.00 (unscaled -100) and -1 never met (EXISTS
+    gave no row). Rows chosen so that every query has rows to get wrong, over three steps
+    with a retraction."""
+    t = [((1, "a", 1, Decimal("-0.50")), 0, 1), ((2, "b", 2, Decimal("1.25")), 0, 1),
+         ((3, None, -1, Decimal("-0.50")), 1, 1)]
+    u = [((0, -1, "a"), 0, 1), ((1, 2, "a"), 1, 1), ((1, -1, "a"), 2, 1), ((0, -1, "a"), 3, -1)]
+    queries = {n: text for n, text in QUERIES.items() if n.startswith("mixed_type")}
+    check_steps(spark, conf | (SPARK_ONLY if placement == "spark" else {}), sql_flow(queries),
+                {"t": (T, t), "u": (U, u)}, [1, 3, HORIZON], spark_sql(spark, queries))
 
 
 def test_scalar_conditions_on_comparable_types_are_band_joins():
@@ -208,6 +266,7 @@ def test_collections_by_keyword_and_sql_over_sql():
     ("SELECT g, stddev(x) AS s FROM t GROUP BY g", "aggregate STDDEV"),
     ("SELECT k FROM t; SELECT k FROM u", "expected one query, got 2"),
     ("SELECT k, (SELECT max(y) FROM u) AS m FROM t", "subquery .* here"),
+    ("SELECT t.k FROM t JOIN u ON t.g = u.y", r"join key t.g \(STRING\) = u.y \(BIGINT\)"),
 ])
 def test_unsupported_sql_is_refused_when_the_plan_is_built(text, message):
     flow = Dataflow()

@@ -373,3 +373,35 @@ def test_typo_suggestions_name_only_the_users_columns(spark, conf):
             Runner(flow, conf=conf, spark=spark)
         assert "no column" in str(e.value) and "did you mean" in str(e.value), str(e.value)
         assert "__" not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("left, right, refused", [
+    ("DECIMAL(10,3)", "DECIMAL(12,2)", True), ("BIGINT", "DECIMAL(12,2)", True),
+    ("FLOAT", "DOUBLE", True), ("DATE", "TIMESTAMP", True), ("STRING", "BIGINT", True),
+    ("INT", "BIGINT", False), ("DECIMAL(10,3)", "DECIMAL(10,3)", False)])
+def test_a_join_on_keys_the_placements_compare_differently_is_refused_when_built(
+        spark, conf, left, right, refused):
+    """The driver compares join keys as stored (a DECIMAL as its unscaled integer, a DATE as
+    days), Spark in a type it casts both sides to: DECIMAL(10,3) 1.250 and DECIMAL(12,2)
+    1.25 met on Spark and not on the driver. A join (semijoin, antijoin) or a query variable
+    over keys of two types is refused when the runner is built unless both are integers,
+    which meet alike (the SQL front end casts both sides to Spark's common type itself)."""
+    import re
+
+    flow = Dataflow()
+    a = flow.input("a", f"k {left}, x BIGINT")
+    b = flow.input("b", f"k {right}, y BIGINT")
+    flow.output("j", a.join(b, on=["k"]))
+    queried = Dataflow()
+    queried.output("q", queried.query("q(x, y) :- a(k, x), b(k, y)",
+                                      a=queried.input("a", f"k {left}, x BIGINT"),
+                                      b=queried.input("b", f"k {right}, y BIGINT")))
+    for plan, message in ((flow, f"Join[on k]: key column 'k' is {left} on the left and "
+                                 f"{right} on the right"),
+                          (queried, f"query q: variable k stands for a.k ({left}) and b.k "
+                                    f"({right})")):
+        if refused:
+            with pytest.raises(PlanError, match=re.escape(message)):
+                Runner(plan, conf=conf, spark=spark)
+        else:
+            Runner(plan, conf=conf, spark=spark)

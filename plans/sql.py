@@ -154,6 +154,7 @@ class Lowering:
         if group is not None or aggs or having is not None:
             rel, items = self._aggregate(q, rel, group, having, ctes)
         else:
+            rel, q = self._scalar_items(rel, q, ctes)
             items = self._items(q, rel)
         names = [name for name, _ in items]
         lowered = [n.lower() for n in names]
@@ -420,15 +421,8 @@ class Lowering:
         if len(subs) > 1:
             raise refuse(f"condition {_text(c)} with {len(subs)} scalar subqueries",
                          "one per condition; AND them")
-        q = subs[0].this
-        if not isinstance(q, exp.Select) or q.args.get("group") or q.args.get("having") or \
-                len(q.expressions) != 1 or not _aggregates(q.expressions[0]):
-            raise refuse(f"scalar subquery {_text(subs[0])}", "a scalar subquery is one "
-                         "aggregate without GROUP BY or HAVING")
+        q = _scalar_query(subs[0])
         inside, pairs = self._correlated(rel, q, ctes, "a scalar subquery")
-        if not isinstance(q.expressions[0], exp.Alias):  # a value needs no name
-            q = q.copy()
-            q.set("expressions", [exp.alias_(q.expressions[0], "value")])
         v, cols = self.fresh("scalar"), [f"`{col.internal}`" for col in rel.cols]
         casts = self._key_casts(pairs, rel, inside)
         if pairs:
@@ -462,6 +456,36 @@ class Lowering:
         value = agg.coll.map(*groups, f"{text} AS `{v}`")
         joined = Rel(outer.join(value, on=names), rel.cols + [Col(v, None, v, t)])
         return Rel(joined.coll.filter(self._expr(cond, joined, "WHERE")).map(*cols), rel.cols)
+
+    def _scalar_items(self, rel: Rel, q: exp.Select, ctes) -> tuple[Rel, exp.Select]:
+        """(rel joined with the value of each uncorrelated scalar subquery in the SELECT
+        list, q with each such subquery read as its value's column). The value is a global
+        aggregate, one row whether or not it has rows (count 0, max NULL over none), so
+        every row of rel meets it on a constant, as in SQL."""
+        subs = [sub for e in q.expressions for sub in _outermost(e)]
+        if not subs:
+            return rel, q
+        values = []
+        for sub in subs:
+            inner = _scalar_query(sub)
+            inside, pairs = self._correlated(rel, inner, ctes, "a scalar subquery")
+            if pairs:
+                raise refuse(f"correlated scalar subquery {_text(sub)} in the SELECT list",
+                             "correlate it in WHERE, or join its grouped values")
+            agg, items = self._aggregate(inner, inside, None, None)
+            (text, t), = [item for _, item in items]
+            v, one = self.fresh("scalar"), self.fresh("one")
+            cols = [f"`{col.internal}`" for col in rel.cols]
+            value = agg.coll.map(f"1 AS `{one}`", f"{text} AS `{v}`")
+            joined = rel.coll.map(*cols, f"1 AS `{one}`").join(value, on=[one])
+            rel = Rel(joined.map(*cols, f"`{v}`"), rel.cols + [Col(v, None, v, t)])
+            values.append(v)
+        q = q.copy()  # its subqueries in the same order, each read as its value
+        named = dict(zip((id(n) for e in q.expressions for n in _outermost(e)), values))
+        q.set("expressions", [e.transform(
+            lambda n: exp.column(named[id(n)], quoted=True) if id(n) in named else n,
+            copy=False) for e in q.expressions])
+        return rel, q
 
     def _correlated(self, rel: Rel, q: exp.Select, ctes, construct: str,
                     mixed: Optional[list] = None):
@@ -894,6 +918,30 @@ def _aggregates(e) -> list:
     """The aggregates of `e` itself (not of its subqueries)."""
     return [n for n in e.walk(prune=lambda n: isinstance(n, exp.Subquery))
             if isinstance(n, AGGREGATES)]
+
+
+def _scalar_query(sub: exp.Subquery) -> exp.Select:
+    """The SELECT of a scalar subquery, one aggregate without GROUP BY or HAVING (else
+    refused), its value named."""
+    q = sub.this
+    if not isinstance(q, exp.Select) or q.args.get("group") or q.args.get("having") or \
+            len(q.expressions) != 1 or not _aggregates(q.expressions[0]):
+        raise refuse(f"scalar subquery {_text(sub)}", "a scalar subquery is one "
+                     "aggregate without GROUP BY or HAVING")
+    if not isinstance(q.expressions[0], exp.Alias):  # a value needs no name
+        q = q.copy()
+        q.set("expressions", [exp.alias_(q.expressions[0], "value")])
+    return q
+
+
+def _outermost(e):
+    """The scalar subqueries of `e` not inside another subquery of it, in order."""
+    for node in _scalar_subqueries(e):
+        parent = node.parent
+        while parent is not None and parent is not e and not isinstance(parent, exp.Subquery):
+            parent = parent.parent
+        if not isinstance(parent, exp.Subquery):
+            yield node
 
 
 def _scalar_subqueries(e):

@@ -60,6 +60,9 @@ QUERIES = {
     "except_all": "SELECT k FROM t EXCEPT ALL SELECT k FROM u WHERE y > 0",
     "not_in": "SELECT k, x FROM t WHERE x NOT IN (SELECT y FROM u WHERE s = 'a')",
     "scalar_avg": "SELECT k, x FROM t WHERE x > (SELECT avg(y) FROM u WHERE s = 'a')",
+    # uncorrelated scalar subqueries as values: one row each, over no rows too (count 0)
+    "scalar_in_select": """SELECT k, x, (SELECT max(y) FROM u WHERE s = 'a') AS my,
+                           x - (SELECT count(*) FROM u WHERE y > 1) AS dx FROM t""",
     "scalar_count": "SELECT k, g FROM t WHERE k < 1 + (SELECT count(*) FROM u WHERE y > 1)",
     "row_number": """SELECT g, k, x FROM (SELECT k, g, x, d, row_number() OVER (PARTITION BY g
                      ORDER BY x DESC, k, d) AS rn FROM t) AS s WHERE rn <= 2 AND k > 0""",
@@ -265,7 +268,9 @@ def test_collections_by_keyword_and_sql_over_sql():
     ("SELECT x FROM t EXCEPT ALL SELECT s FROM u", r"EXCEPT ALL of column 'x' \(BIGINT\)"),
     ("SELECT g, stddev(x) AS s FROM t GROUP BY g", "aggregate STDDEV"),
     ("SELECT k FROM t; SELECT k FROM u", "expected one query, got 2"),
-    ("SELECT k, (SELECT max(y) FROM u) AS m FROM t", "subquery .* here"),
+    ("SELECT k, (SELECT max(y) FROM u WHERE u.k = t.k) AS m FROM t",
+     "correlated scalar subquery .* in the SELECT list"),
+    ("SELECT g, count(*) + (SELECT max(y) FROM u) AS c FROM t GROUP BY g", "subquery .* here"),
     ("SELECT t.k FROM t JOIN u ON t.g = u.y", r"join key t.g \(STRING\) = u.y \(BIGINT\)"),
 ])
 def test_unsupported_sql_is_refused_when_the_plan_is_built(text, message):

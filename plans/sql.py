@@ -556,8 +556,14 @@ class Lowering:
             raise refuse("EXISTS over anything but SELECT ... FROM ... WHERE")
         mixed: list = []
         inside, keys = self._correlated(rel, q, ctes, "EXISTS", mixed)
-        if not keys:
-            raise refuse("uncorrelated EXISTS", "it is a global condition")
+        if not keys and mixed:
+            raise refuse(f"EXISTS correlated by {_text(mixed[0])} alone",
+                         "correlate by an equality outer = inner too")
+        if not keys:  # a global condition: every row kept (dropped) while the inside has rows
+            one, cols = self.fresh("one"), [f"`{c.internal}`" for c in rel.cols]
+            outer = rel.coll.map(*cols, f"1 AS `{one}`")
+            op = outer.antijoin if negated else outer.semijoin
+            return Rel(op(inside.coll.map(f"1 AS `{one}`"), on=[one]).map(*cols), rel.cols)
         names = [self.fresh("ex") for _ in keys]
         casts = self._key_casts(keys, rel, inside)
         outer = self._keyed(rel, [a for a, _ in keys], names, [mine for mine, _ in casts])

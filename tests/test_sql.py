@@ -48,6 +48,10 @@ QUERIES = {
     "in": "SELECT k, x FROM t WHERE k IN (SELECT k FROM u WHERE y > 0)",
     "exists": "SELECT k, g FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.k = t.k AND s = 'a')",
     "not_exists": "SELECT k, g FROM t WHERE NOT EXISTS (SELECT * FROM u WHERE u.k = t.k)",
+    # uncorrelated: a global condition, every row kept (dropped) while the inside has rows
+    "exists_global": "SELECT k, g FROM t WHERE EXISTS (SELECT 1 FROM u WHERE y > 1)",
+    "not_exists_global": """SELECT k, x FROM t
+                            WHERE NOT EXISTS (SELECT * FROM u WHERE s = 'b') AND x > 0""",
     # correlated otherwise than by equality (TPC-H Q21's form); a NULL x satisfies the second
     "exists_mixed": """SELECT k, g, x FROM t
                        WHERE EXISTS (SELECT 1 FROM u WHERE u.k = t.k AND u.y <> t.x)""",
@@ -271,6 +275,8 @@ def test_collections_by_keyword_and_sql_over_sql():
     ("SELECT k, (SELECT max(y) FROM u WHERE u.k = t.k) AS m FROM t",
      "correlated scalar subquery .* in the SELECT list"),
     ("SELECT g, count(*) + (SELECT max(y) FROM u) AS c FROM t GROUP BY g", "subquery .* here"),
+    ("SELECT k FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.y < t.x)",
+     "EXISTS correlated by u.y < t.x alone"),
     ("SELECT t.k FROM t JOIN u ON t.g = u.y", r"join key t.g \(STRING\) = u.y \(BIGINT\)"),
 ])
 def test_unsupported_sql_is_refused_when_the_plan_is_built(text, message):

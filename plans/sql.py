@@ -104,19 +104,28 @@ class Lowering:
     def _set_operation(self, q, ctes) -> Rel:
         """UNION [ALL], INTERSECT [ALL], EXCEPT [ALL] by multiplicities, as Spark (nulls
         equal): ALL keeps m(L) + m(R), min(m(L), m(R)) and max(m(L) - m(R), 0); without ALL
-        the result is distinct."""
+        the result is distinct. Columns of two types are cast to Spark's common type
+        (types.common_type), where it is exact."""
         what = f"{q.key.upper()}{'' if q.args.get('distinct') else ' ALL'}"
         left, right = self.query(q.this, ctes), self.query(q.expression, ctes)
         if len(left.cols) != len(right.cols):
             raise PlanError(f"sql: {what} of {len(left.cols)} and {len(right.cols)} columns "
                             f"(rule: both sides have as many columns)")
+        types = []  # per column, the type both sides are cast to (None: as they are)
         for a, b in zip(left.cols, right.cols):
-            if a.type and b.type and a.type != b.type:
+            if a.type is None or b.type is None or same_type(a.type, b.type):
+                types.append(None)
+                continue
+            t = common_type(a.type, b.type)  # Spark's widening, where it is exact
+            if t is None:
                 raise refuse(f"{what} of column '{a.name}' ({a.type}) with '{b.name}' "
                              f"({b.type})", "CAST one side to the other's type")
-        l_ = left.coll
-        r_ = right.coll.map(*(f"`{b.internal}` AS `{a.internal}`"
-                              for a, b in zip(left.cols, right.cols)))
+            types.append(t)
+        l_ = left.coll if not any(types) else left.coll.map(
+            *(f"{_cast(f'`{a.internal}`', t)} AS `{a.internal}`"
+              for a, t in zip(left.cols, types)))
+        r_ = right.coll.map(*(f"{_cast(f'`{b.internal}`', t)} AS `{a.internal}`"
+                              for a, b, t in zip(left.cols, right.cols, types)))
         distinct = bool(q.args.get("distinct"))
         if isinstance(q, exp.Union):
             coll = l_.concat(r_).distinct() if distinct else l_.concat(r_)
@@ -128,7 +137,8 @@ class Lowering:
             surplus = l_.concat(r_.negate()).threshold("CASE WHEN count > 0 THEN count "
                                                        "ELSE 0 END")
             coll = surplus if isinstance(q, exp.Except) else l_.concat(surplus.negate())
-        return self._top(q, Rel(coll, left.cols))
+        return self._top(q, Rel(coll, [Col(a.name, a.table, a.internal, t or a.type)
+                                       for a, t in zip(left.cols, types)]))
 
     def _select(self, q: exp.Select, ctes) -> Rel:
         for key in ("qualify", "windows"):

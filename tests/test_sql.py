@@ -43,6 +43,9 @@ QUERIES = {
     "distinct": "SELECT DISTINCT g, k FROM t",
     "union_all": "SELECT k FROM t UNION ALL SELECT k FROM u",
     "union": "SELECT k FROM t UNION SELECT k FROM u",
+    # columns of two types widened as Spark widens them: DECIMAL(6,2) with BIGINT
+    "union_widened": "SELECT d FROM t UNION SELECT y FROM u WHERE s = 'a'",
+    "except_widened": "SELECT k, d FROM t EXCEPT ALL SELECT k, y FROM u",
     "cte_join_aggregate": """WITH c AS (SELECT k, count(*) AS n FROM u GROUP BY k)
                              SELECT t.k, x, n FROM t JOIN c ON t.k = c.k""",
     "in": "SELECT k, x FROM t WHERE k IN (SELECT k FROM u WHERE y > 0)",

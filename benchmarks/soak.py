@@ -113,12 +113,14 @@ def series(records: list[dict]) -> dict[str, list[float]]:
 
 def trends(values: dict[str, list[float]], warmup: int) -> dict[str, dict]:
     """Per series after the warm-up: the fitted slope per step, the median, and the rise
-    the slope makes across the run relative to the median."""
+    the slope makes across the run relative to the median. The slope is Theil-Sen's (the
+    median of the slopes between every two steps): a leak rises step after step, while a
+    few slow steps at one end (a pause of the machine) would swing a least-squares line."""
     out = {}
     for name, ys in values.items():
         y = np.asarray(ys[warmup:], dtype=float)
-        x = np.arange(warmup, warmup + len(y), dtype=float)
-        slope = float(np.polyfit(x, y, 1)[0]) if len(y) > 1 else 0.0
+        i, j = np.triu_indices(len(y), 1)
+        slope = float(np.median((y[j] - y[i]) / (j - i))) if len(y) > 1 else 0.0
         median = float(np.median(y)) if len(y) else 0.0
         rise = slope * len(y) / median if median else 0.0
         out[name] = {"slope_per_step": slope, "median": median, "relative_rise": rise}

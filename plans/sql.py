@@ -452,8 +452,8 @@ class Lowering:
             names = [self.fresh("one")]
             outer = rel.coll.map(*cols, f"1 AS `{names[0]}`")
         (text, t), = [item for _, item in items]
-        groups = [f"{_cast(f'`{g.internal}`', t)} AS `{n}`"
-                  for g, n, (_, t) in zip(agg.cols, names, casts)] if pairs \
+        groups = [f"{_cast(f'`{g.internal}`', to)} AS `{n}`"
+                  for g, n, (_, to) in zip(agg.cols, names, casts)] if pairs \
             else [f"1 AS `{names[0]}`"]
         cond = c.copy().transform(lambda n: exp.column(v, quoted=True)
                                   if n == subs[0] else n)
@@ -475,7 +475,7 @@ class Lowering:
         subs = [sub for e in q.expressions for sub in _outermost(e)]
         if not subs:
             return rel, q
-        values = []
+        values = []  # (subquery, its value's column)
         for sub in subs:
             inner = _scalar_query(sub)
             inside, pairs = self._correlated(rel, inner, ctes, "a scalar subquery")
@@ -489,12 +489,11 @@ class Lowering:
             value = agg.coll.map(f"1 AS `{one}`", f"{text} AS `{v}`")
             joined = rel.coll.map(*cols, f"1 AS `{one}`").join(value, on=[one])
             rel = Rel(joined.map(*cols, f"`{v}`"), rel.cols + [Col(v, None, v, t)])
-            values.append(v)
-        q = q.copy()  # its subqueries in the same order, each read as its value
-        named = dict(zip((id(n) for e in q.expressions for n in _outermost(e)), values))
-        q.set("expressions", [e.transform(
-            lambda n: exp.column(named[id(n)], quoted=True) if id(n) in named else n,
-            copy=False) for e in q.expressions])
+            values.append((sub, v))
+        q = q.copy()
+        q.set("expressions", [e.transform(lambda n: next(
+            (exp.column(v, quoted=True) for sub, v in values if n == sub), n))
+            for e in q.expressions])
         return rel, q
 
     def _correlated(self, rel: Rel, q: exp.Select, ctes, construct: str,

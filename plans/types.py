@@ -237,13 +237,13 @@ def common_type(a: Optional[str], b: Optional[str]) -> Optional[str]:
     digits; None otherwise (an unknown type, another pair, a wider decimal past 38)."""
     if a is None or b is None:
         return None
-    if a == b or a in INTEGRAL and b in INTEGRAL:
-        return max(a, b, key=INTEGRAL.index) if a in INTEGRAL else a
+    if same_type(a, b):
+        return a
+    if a in INTEGRAL and b in INTEGRAL:
+        return max(a, b, key=INTEGRAL.index)
     da, db = (_decimal(t) or INTEGRAL_DECIMAL.get(t) for t in (a, b))
     if da is None or db is None:
         return None
-    if da == db and (a in INTEGRAL) == (b in INTEGRAL):
-        return a
     scale = max(da[1], db[1])
     precision = max(da[0] - da[1], db[0] - db[1]) + scale
     return f"DECIMAL({precision}, {scale})" if precision <= MAX_PRECISION else None

@@ -3,12 +3,9 @@
 """
 from __future__ import annotations
 
-from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType
-
+from executor.arrange.encoding import INTEGRAL
 from plans import ir
 from plans.errors import PlanError
-
-_INTEGERS = (ByteType, ShortType, IntegerType, LongType)
 
 
 def comparable(a, b) -> bool:
@@ -17,7 +14,7 @@ def comparable(a, b) -> bool:
     Spark in a type it casts both to. One type does; so do two integer types (int64 on
     the driver, and Spark's cast to the wider one is exact)."""
     return a.simpleString() == b.simpleString() or \
-        isinstance(a, _INTEGERS) and isinstance(b, _INTEGERS)
+        isinstance(a, INTEGRAL) and isinstance(b, INTEGRAL)
 
 
 def check_keys(plan, schemas: dict) -> None:

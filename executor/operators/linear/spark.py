@@ -9,14 +9,12 @@ element time leaves it unchanged); diff product is `*`, which ANSI mode checks f
 from __future__ import annotations
 
 from pyspark.sql import DataFrame
-from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType
 
+from executor.arrange.encoding import INTEGRAL
 from executor.operators.linear import kernels
 from executor.time import DIFF, TIME, element_time_exprs
 from plans import ir
 from plans.errors import PlanError
-
-INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 
 
 def q(name: str) -> str:

@@ -18,6 +18,7 @@ import sqlglot
 from sqlglot import exp
 
 from .errors import PlanError
+from .sql_names import spark_name
 from .types import (avg_type, band_comparable, columns_of, common_type, ddl_columns,
                     expression_type, same_type)
 
@@ -70,10 +71,11 @@ class Lowering:
     """One statement's translation; `relations` maps lower-case names to Collections of
     `flow`."""
 
-    def __init__(self, flow, relations: dict, statement=None):
+    def __init__(self, flow, relations: dict, statement, text: str):
         self.flow = flow
+        self.text = text  # the SQL parsed, which sqlglot's positions index (sql_names)
         self.relations = dict(relations)
-        self.mentioned = _mentioned(statement) if statement is not None else None
+        self.mentioned = _mentioned(statement)
         self.n = 0
         self.used: set = set()  # ids of WHERE conjuncts already applied
         self.ranked: dict = {}  # id of a derived table's SELECT -> (its row_number, k)
@@ -641,7 +643,7 @@ class Lowering:
                     raise PlanError(f"sql: {_text(e)} matches no columns")
                 out += [(c.name, (f"`{c.internal}`", c.type)) for c in cols]
                 continue
-            name, body = _named(e)
+            name, body = _named(e, self.text)
             resolved = _resolved(body, rel)
             out.append((name, (_text(self._checked(resolved, "SELECT")),
                                expression_type(resolved, rel.types()))))
@@ -655,7 +657,7 @@ class Lowering:
         subquery in it as in WHERE, over the groups), then the SELECT list over group
         columns and aggregates. Without GROUP BY, one group that always exists (_phantom):
         SQL's one row, even over no rows."""
-        items = [_named(e) for e in q.expressions]
+        items = [_named(e, self.text) for e in q.expressions]
         if any(isinstance(b, exp.Star) for _, b in items):
             raise refuse("SELECT * with GROUP BY or aggregates")
         group_exprs = []
@@ -972,13 +974,17 @@ def _func_name(node: exp.Func) -> str:
     return node.sql_name().lower()
 
 
-def _named(e):
-    """(output name, expression) of a SELECT item: its alias, or a column's own name."""
+def _named(e, text: str):
+    """(output name, expression) of a SELECT item: its alias, else the name Spark gives it
+    (sql_names)."""
     if isinstance(e, exp.Alias):
         return e.alias, e.this
-    if isinstance(e, exp.Column) and not isinstance(e.this, exp.Star):
-        return e.name, e
-    raise PlanError(f"sql: SELECT item {_text(e)} needs a name (rule: add AS name)")
+    name = spark_name(e, text)
+    if name is None:
+        raise PlanError(f"sql: SELECT item {_text(e)} needs a name (rule: add AS name; "
+                        f"an item without one is named only where its name is Spark's for "
+                        f"certain)")
+    return name, e
 
 
 def _resolved(e, rel: Rel):
@@ -1016,7 +1022,7 @@ def view(flow, text: str, relations: dict):
         raise PlanError(f"sql: expected one query, got {len(statements)} statements "
                         f"(rule: a .sql plan file holds several)")
     statement = _checked_statement(statements[0])
-    return Lowering(flow, relations, statement).query(statement).coll
+    return Lowering(flow, relations, statement, text).query(statement).coll
 
 
 def _mentioned(statement) -> Optional[set]:
@@ -1136,7 +1142,7 @@ def script(flow, text: str) -> None:
         if name.lower() in tables:
             raise PlanError(f"sql: '{name}' is declared twice")
         statement = _checked_statement(s.expression)
-        coll = Lowering(flow, tables, statement).query(statement).coll
+        coll = Lowering(flow, tables, statement, text).query(statement).coll
         tables[name.lower()] = coll
         props = s.args.get("properties")
         if props is not None and any(isinstance(p, exp.MaterializedProperty)

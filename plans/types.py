@@ -225,8 +225,8 @@ def _decimal(t: Optional[str]) -> Optional[tuple[int, int]]:
     if t is None or not t.startswith("DECIMAL"):
         return None
     d = exp.DataType.build(t, dialect="spark")
-    p, s = (int(x.this.this) for x in d.expressions) if d.expressions else (10, 0)
-    return p, s
+    p, s = ([int(x.this.this) for x in d.expressions] + [10, 0][len(d.expressions):])[:2]
+    return p, s  # DECIMAL is DECIMAL(10, 0), DECIMAL(p) is DECIMAL(p, 0), as in Spark
 
 
 def common_type(a: Optional[str], b: Optional[str]) -> Optional[str]:

@@ -31,6 +31,9 @@ def test_readme_examples_run(spark, capsys):
         [("AUTOMOBILE", 2, "260.00", 1), ("BUILDING", 1, "40.50", 1)]
     assert [r.c_custkey for r in namespace["sql_runner"].snapshot("big_buyers", at=0)
             .collect()] == [7]
+    largest = namespace["sql_runner"].snapshot("largest", at=0)  # Spark's name, no alias
+    assert sorted((r.o_custkey, str(r["max(o_totalprice)"])) for r in largest.collect()) == \
+        [(7, "250.00"), (8, "40.50")]
     reach = namespace["reach_runner"]  # the iterate example: 3 unreachable once 2->3 goes
     assert sorted(x.node for x in reach.snapshot("reach", at=0).collect()) == [1, 2, 3]
     assert sorted(x.node for x in reach.snapshot("reach", at=1).collect()) == [1, 2]

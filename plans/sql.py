@@ -436,27 +436,15 @@ class Lowering:
         q = _scalar_query(subs[0])
         inside, pairs = self._correlated(rel, q, ctes, "a scalar subquery")
         v, cols = self.fresh("scalar"), [f"`{col.internal}`" for col in rel.cols]
-        casts = self._key_casts(pairs, rel, inside)
         if pairs:
             _null_over_no_rows(subs[0], q.expressions[0], c)
-            names = [self.fresh("corr") for _ in pairs]
-            outer = self._keyed(rel, [a for a, _ in pairs], names, [mine for mine, _ in casts])
-            # the magic set: only the groups some outer row asks for are aggregated (the
-            # others' values are never read), so a change of the inner rows of groups no
-            # outer row has (TPC-H Q17's other parts) stops at a semijoin
-            inside = Rel(self._keyed(inside, [b for _, b in pairs], names,
-                                     [theirs for _, theirs in casts]).semijoin(outer, on=names),
-                         inside.cols)
-            agg, items = self._aggregate(q, inside, exp.Group(expressions=[
-                b.copy() for _, b in pairs]), None)
+            outer, names, agg, (text, t), groups = self._per_key(rel, q, inside, pairs)
         else:
             agg, items = self._aggregate(q, inside, None, None)
+            (text, t), = [item for _, item in items]
             names = [self.fresh("one")]
             outer = rel.coll.map(*cols, f"1 AS `{names[0]}`")
-        (text, t), = [item for _, item in items]
-        groups = [f"{_cast(f'`{g.internal}`', to)} AS `{n}`"
-                  for g, n, (_, to) in zip(agg.cols, names, casts)] if pairs \
-            else [f"1 AS `{names[0]}`"]
+            groups = [f"1 AS `{names[0]}`"]
         cond = c.copy().transform(lambda n: exp.column(v, quoted=True)
                                   if n == subs[0] else n)
         band = _band(cond, rel, v)
@@ -469,28 +457,63 @@ class Lowering:
         joined = Rel(outer.join(value, on=names), rel.cols + [Col(v, None, v, t)])
         return Rel(joined.coll.filter(self._expr(cond, joined, "WHERE")).map(*cols), rel.cols)
 
+    def _per_key(self, rel: Rel, q: exp.Select, inside: Rel, pairs):
+        """A scalar subquery correlated by `pairs` (outer = inner) decorrelated: the
+        aggregate grouped by its inner sides. (rel with the outer sides as columns `names`,
+        names, the aggregate, (text, type) of its value there, its group columns renamed
+        `names`.) Each side is CAST to the type Spark compares the pair in."""
+        casts = self._key_casts(pairs, rel, inside)
+        names = [self.fresh("corr") for _ in pairs]
+        outer = self._keyed(rel, [a for a, _ in pairs], names, [mine for mine, _ in casts])
+        # the magic set: only the groups some outer row asks for are aggregated (the
+        # others' values are never read), so a change of the inner rows of groups no
+        # outer row has (TPC-H Q17's other parts) stops at a semijoin
+        inside = Rel(self._keyed(inside, [b for _, b in pairs], names,
+                                 [theirs for _, theirs in casts]).semijoin(outer, on=names),
+                     inside.cols)
+        agg, items = self._aggregate(q, inside, exp.Group(expressions=[
+            b.copy() for _, b in pairs]), None)
+        (value,) = [item for _, item in items]
+        groups = [f"{_cast(f'`{g.internal}`', to)} AS `{n}`"
+                  for g, n, (_, to) in zip(agg.cols, names, casts)]
+        return outer, names, agg, value, groups
+
     def _scalar_items(self, rel: Rel, q: exp.Select, ctes) -> tuple[Rel, exp.Select]:
-        """(rel joined with the value of each uncorrelated scalar subquery in the SELECT
-        list, q with each such subquery read as its value's column). The value is a global
+        """(rel joined with the value of each scalar subquery in the SELECT list, q with
+        each such subquery read as its value's column). Uncorrelated, the value is a global
         aggregate, one row whether or not it has rows (count 0, max NULL over none), so
-        every row of rel meets it on a constant, as in SQL."""
+        every row of rel meets it on a constant, as in SQL. Correlated by equalities, the
+        value is grouped by the correlated keys (_per_key) and LEFT joined: a row no group
+        meets reads SQL's value over no rows, NULL (sum, avg, min, max and arithmetic on
+        them) or 0 (a count by itself); any other value is refused."""
         subs = [sub for e in q.expressions for sub in _outermost(e)]
         if not subs:
             return rel, q
+        for e in q.expressions:  # named before the subquery becomes a column of ours
+            if any(_outermost(e)):
+                _named(e, self.text)
         values = []  # (subquery, its value's column)
         for sub in subs:
             inner = _scalar_query(sub)
             inside, pairs = self._correlated(rel, inner, ctes, "a scalar subquery")
+            v, cols = self.fresh("scalar"), [f"`{col.internal}`" for col in rel.cols]
             if pairs:
-                raise refuse(f"correlated scalar subquery {_text(sub)} in the SELECT list",
-                             "correlate it in WHERE, or join its grouped values")
-            agg, items = self._aggregate(inner, inside, None, None)
-            (text, t), = [item for _, item in items]
-            v, one = self.fresh("scalar"), self.fresh("one")
-            cols = [f"`{col.internal}`" for col in rel.cols]
-            value = agg.coll.map(f"1 AS `{one}`", f"{text} AS `{v}`")
-            joined = rel.coll.map(*cols, f"1 AS `{one}`").join(value, on=[one])
-            rel = Rel(joined.map(*cols, f"`{v}`"), rel.cols + [Col(v, None, v, t)])
+                item = inner.expressions[0]
+                counted = isinstance(item.unalias(), exp.Count)
+                if not counted:
+                    _null_over_no_rows(sub, item)
+                outer, names, agg, (text, t), groups = self._per_key(rel, inner, inside, pairs)
+                value = agg.coll.map(*groups, f"{text} AS `{v}`")
+                read = f"coalesce(`{v}`, 0)" if counted else f"`{v}`"
+                joined = outer.join(value, on=names, how="left").map(*cols, f"{read} AS `{v}`")
+            else:
+                agg, items = self._aggregate(inner, inside, None, None)
+                (text, t), = [item for _, item in items]
+                one = self.fresh("one")
+                value = agg.coll.map(f"1 AS `{one}`", f"{text} AS `{v}`")
+                joined = rel.coll.map(*cols, f"1 AS `{one}`").join(value, on=[one]).map(
+                    *cols, f"`{v}`")
+            rel = Rel(joined, rel.cols + [Col(v, None, v, t)])
             values.append((sub, v))
         q = q.copy()
         q.set("expressions", [e.transform(lambda n: next(
@@ -907,12 +930,16 @@ _NULL_OVER_NO_ROWS = (exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Column, exp.Identi
                       exp.Cast, exp.DataType, exp.DataTypeParam, exp.Alias)
 
 
-def _null_over_no_rows(sub, item, cond) -> None:
-    """Refuse a correlated scalar subquery whose decorrelation would not be exact."""
+def _null_over_no_rows(sub, item, cond=None) -> None:
+    """Refuse a correlated scalar subquery whose decorrelation would not be exact (and,
+    in a condition `cond`, one the condition does not compare with)."""
     odd = [n for n in item.walk() if not isinstance(n, _NULL_OVER_NO_ROWS)]
     if odd:
         raise refuse(f"correlated scalar subquery {_text(sub)}", "its value must be NULL "
-                     "where no row correlates: sum, avg, min or max, and arithmetic on them")
+                     "where no row correlates: sum, avg, min or max, and arithmetic on them"
+                     + ("" if cond is not None else "; or a count by itself"))
+    if cond is None:
+        return
     bare = cond.this if isinstance(cond, exp.Paren) else cond
     operands = [o.this if isinstance(o, exp.Paren) else o
                 for o in (getattr(bare, "this", None), getattr(bare, "expression", None))]

@@ -70,6 +70,13 @@ QUERIES = {
     # uncorrelated scalar subqueries as values: one row each, over no rows too (count 0)
     "scalar_in_select": """SELECT k, x, (SELECT max(y) FROM u WHERE s = 'a') AS my,
                            x - (SELECT count(*) FROM u WHERE y > 1) AS dx FROM t""",
+    # correlated by equalities: grouped and LEFT joined; a row no group meets reads NULL
+    # (max, sum and arithmetic on them) or 0 (a count by itself), as SQL's value over no rows
+    "scalar_correlated_in_select": """SELECT k, x, (SELECT max(y) FROM u WHERE u.k = t.k) AS my,
+                                      (SELECT count(*) FROM u WHERE u.k = t.k AND s = 'a') AS n,
+                                      x + (SELECT 2 * sum(y) FROM u WHERE t.k = u.k) AS xs,
+                                      (SELECT count(DISTINCT s) FROM u WHERE u.y = t.d * 2)
+                                      AS ns FROM t""",
     "scalar_count": "SELECT k, g FROM t WHERE k < 1 + (SELECT count(*) FROM u WHERE y > 1)",
     "row_number": """SELECT g, k, x FROM (SELECT k, g, x, d, row_number() OVER (PARTITION BY g
                      ORDER BY x DESC, k, d) AS rn FROM t) AS s WHERE rn <= 2 AND k > 0""",
@@ -182,6 +189,21 @@ def test_keys_of_two_types_meet_as_spark_compares_them(spark, conf, placement):
     queries = {n: text for n, text in QUERIES.items() if n.startswith("mixed_type")}
     check_steps(spark, conf | (SPARK_ONLY if placement == "spark" else {}), sql_flow(queries),
                 {"t": (T, t), "u": (U, u)}, [1, 3, HORIZON], spark_sql(spark, queries))
+
+
+@pytest.mark.parametrize("placement", ["driver", "spark"])
+def test_correlated_scalar_subqueries_in_select_read_sql_values_over_no_rows(spark, conf,
+                                                                             placement):
+    """A row whose key no inner row has (or a NULL key) reads NULL from max and sum and 0
+    from count, on both placements, through a group that appears, moves and vanishes; as
+    Spark SQL and the reference say."""
+    t = [((1, "a", 1, Decimal("1.25")), 0, 1), ((2, "b", 2, None), 0, 1),
+         ((None, None, 3, Decimal("-0.50")), 1, 1), ((2, "b", 2, None), 3, -1)]
+    u = [((1, 5, "a"), 0, 1), ((None, 7, "a"), 0, 1), ((2, 1, "b"), 1, 1),
+         ((1, 5, "a"), 2, -1), ((1, 9, "b"), 2, 1), ((2, 1, "b"), 3, -1)]
+    queries = {"scalar_correlated_in_select": QUERIES["scalar_correlated_in_select"]}
+    check_steps(spark, conf | (SPARK_ONLY if placement == "spark" else {}), sql_flow(queries),
+                {"t": (T, t), "u": (U, u)}, [1, 2, 3, HORIZON], spark_sql(spark, queries))
 
 
 def test_scalar_conditions_on_comparable_types_are_band_joins():
@@ -377,8 +399,11 @@ def test_random_unnamed_expressions_are_named_as_spark_names_them_or_not_at_all(
     ("SELECT x FROM t EXCEPT ALL SELECT s FROM u", r"EXCEPT ALL of column 'x' \(BIGINT\)"),
     ("SELECT g, stddev(x) AS s FROM t GROUP BY g", "aggregate STDDEV"),
     ("SELECT k FROM t; SELECT k FROM u", "expected one query, got 2"),
-    ("SELECT k, (SELECT max(y) FROM u WHERE u.k = t.k) AS m FROM t",
-     "correlated scalar subquery .* in the SELECT list"),
+    ("SELECT k, x + (SELECT max(y) FROM u) FROM t", r"SELECT item x \+ \(SELECT .* needs a name"),
+    ("SELECT k, (SELECT count(*) + 1 FROM u WHERE u.k = t.k) AS m FROM t",
+     "its value must be NULL where no row correlates.*; or a count by itself"),
+    ("SELECT k, (SELECT max(y) FROM u WHERE u.k > t.k) AS m FROM t",
+     "correlated predicate u.k > t.k in a scalar subquery"),
     ("SELECT g, count(*) + (SELECT max(y) FROM u) AS c FROM t GROUP BY g", "subquery .* here"),
     ("SELECT k FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.y < t.x)",
      "EXISTS correlated by u.y < t.x alone"),

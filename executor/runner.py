@@ -425,8 +425,9 @@ class Runner:
         return TraceHandle(self, node, name)
 
     def stats(self) -> dict[str, dict]:
-        """Per arrangement: batches, records, bytes, since and upper."""
-        return {operator_name(node): trace.stats()
+        """Per arrangement: batches, records, bytes, since and upper; `input`, the input it
+        indexes through linear stages only, or None where its records are derived."""
+        return {operator_name(node): {**trace.stats(), "input": ir.arranged_input(node)}
                 for node, trace in self._state.items() if isinstance(trace, Trace)}
 
 

@@ -217,6 +217,15 @@ class Consolidate(Node):
 
 
 # --------------------------------------------------------------------------- traversal
+def arranged_input(node: Node) -> Optional[str]:
+    """The input an arrangement holds through linear stages only (an index of that input,
+    filtered and projected), else None: its records are derived (join outputs, reductions),
+    the state a query keeps of its own (Materialize's measure of a dataflow's cost)."""
+    while isinstance(node, (Arrange, Linear, Consolidate)):
+        node = node.input
+    return node.name if type(node) is Input else None
+
+
 def topological(roots) -> list[Node]:
     """Every node reachable from `roots`, children before parents, each once."""
     seen: dict[Node, None] = {}

@@ -166,6 +166,24 @@ def _churn(spark, conf, steps):
     return sizes
 
 
+def test_stats_tell_an_inputs_arrangements_from_derived_state(spark, conf):
+    """An arrangement of an input through a filter indexes that input; the count's
+    arrangement of the join's output is state derived by the query (what TPC-H's table
+    reports beside Materialize's figures)."""
+    flow = Dataflow()
+    a = flow.input("a", "k BIGINT, v BIGINT").filter("v > 0")
+    b = flow.input("b", "k BIGINT, w BIGINT")
+    flow.output("n", a.join(b, on=["k"]).count(by=["w"]))
+    runner = Runner(flow, conf=conf, spark=spark)
+    runner.step({"a": updates_df(spark, "k BIGINT, v BIGINT", [((1, 5), 0, 1), ((2, -1), 0, 1)]),
+                 "b": updates_df(spark, "k BIGINT, w BIGINT", [((1, 7), 0, 1), ((2, 8), 0, 1)])},
+                upto=1)
+    stats = list(runner.stats().values())
+    assert sorted((s["input"], s["records"]) for s in stats if s["input"]) == [("a", 1),
+                                                                             ("b", 2)]
+    assert [s["records"] for s in stats if s["input"] is None] == [1]  # the joined (1, 5, 7)
+
+
 def test_compaction_keeps_the_trace_bounded(spark, conf):
     sizes = _churn(spark, conf, 24)
     assert max(sizes[12:]) <= max(sizes[:12]), sizes

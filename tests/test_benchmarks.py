@@ -234,6 +234,8 @@ def test_tpch_benchmark_smoke(tmp_path):
     assert payload["params"]["floor_steps"] == 3 and q06["floor_step_s"] > 0
     assert (q06["refresh_steps_on_driver"], q06["floor_steps_on_driver"]) == (1, 3)
     assert "1-order step ms" in tpch.report(payload)
+    q13 = payload["queries"]["q13"]  # its count per customer of orders is derived state
+    assert 0 < q13["derived_records"] < q13["state_records"]
 
 
 @pytest.mark.slow

@@ -91,10 +91,13 @@ class Lowering:
         ctes = dict(ctes or {})
         with_ = q.args.get("with_") or q.args.get("with")
         if with_ is not None:
-            if with_.args.get("recursive"):
-                raise refuse("WITH RECURSIVE")
             for cte in with_.expressions:
-                ctes[cte.alias.lower()] = self.query(cte.this, ctes)
+                name = cte.alias.lower()
+                columns = [c.name for c in cte.args["alias"].columns or []]
+                if with_.args.get("recursive") and _reads(cte.this, name):
+                    ctes[name] = self._recursive(name, cte.this, columns, ctes)
+                else:
+                    ctes[name] = _renamed(self.query(cte.this, ctes), columns, name)
         if isinstance(q, exp.Subquery):
             return self.query(q.this, ctes)
         if isinstance(q, (exp.Union, exp.Intersect, exp.Except)):
@@ -102,6 +105,39 @@ class Lowering:
         if not isinstance(q, exp.Select):
             raise refuse(f"statement {type(q).__name__.upper()}", "a view is a query")
         return self._select(q, ctes)
+
+    def _recursive(self, name: str, q, columns: list, ctes) -> Rel:
+        """WITH RECURSIVE name AS (anchor UNION ALL step): the fixed point of
+        R = anchor + step(R), by iterate. Spark runs the step on each level's new rows
+        until a level adds none and returns the sum of the levels; that sum is the fixed
+        point where the step is linear in R (_linear_step; others are refused). Columns
+        keep the anchor's types, which the step's must equal, as in Spark. A recursion that
+        never ends fails its step at diffspark.iterate.max_rounds (Spark's fails at its
+        level limit)."""
+        what = f"recursive CTE {name}"
+        if not isinstance(q, exp.Union) or q.args.get("distinct") or \
+                isinstance(q.this, exp.Union) or _reads(q.this, name):
+            raise refuse(f"{what} other than anchor UNION ALL step", "Spark's form: an "
+                         f"anchor that does not read {name}, UNION ALL, one step that does")
+        step = _linear_step(q.expression, name, what)
+        base = _renamed(self.query(q.this, ctes), columns, name)
+        cols = [Col(c.name, None, self.fresh(c.name), c.type) for c in base.cols]
+        start = base.coll.map(*(f"`{b.internal}` AS `{c.internal}`"
+                                for b, c in zip(base.cols, cols)))
+
+        def body(variable):
+            out = self.query(step, {**ctes, name: Rel(variable, cols)})
+            if len(out.cols) != len(cols):
+                raise PlanError(f"sql: {what}: its step has {len(out.cols)} columns, its "
+                                f"anchor {len(cols)} (rule: as many)")
+            for o, c in zip(out.cols, cols):
+                if o.type and c.type and not same_type(o.type, c.type):
+                    raise refuse(f"{what}: step column '{o.name}' ({o.type}) under anchor "
+                                 f"column '{c.name}' ({c.type})", "CAST it to the anchor's "
+                                 "type, as Spark requires")
+            return start.concat(out.coll.map(*(f"`{o.internal}` AS `{c.internal}`"
+                                               for o, c in zip(out.cols, cols))))
+        return Rel(start.iterate(body), cols)
 
     def _set_operation(self, q, ctes) -> Rel:
         """UNION [ALL], INTERSECT [ALL], EXCEPT [ALL] by multiplicities, as Spark (nulls
@@ -249,8 +285,8 @@ class Lowering:
     # ------------------------------------------------------------------ FROM and joins
     def _from(self, q: exp.Select, ctes) -> Rel:
         source = q.args.get("from_") or q.args.get("from")
-        if source is None:
-            raise refuse("SELECT without FROM")
+        if source is None:  # SQL's one row without columns (a constant, fed at time 0)
+            return Rel(self.flow.constant("`_one` INT", [(1,)]), [])
         rel = self._scan(source.this, ctes)
         pending = []  # comma joins: joined by the WHERE clause's equalities
         for j in q.args.get("joins") or []:
@@ -928,6 +964,46 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 _NULL_OVER_NO_ROWS = (exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Column, exp.Identifier,
                       exp.Literal, exp.Paren, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg,
                       exp.Cast, exp.DataType, exp.DataTypeParam, exp.Alias)
+
+
+def _reads(q, name: str) -> bool:
+    """Whether query `q` reads the relation `name` (a CTE reading itself)."""
+    return any(t.name.lower() == name and not t.args.get("db")
+               for t in q.find_all(exp.Table))
+
+
+def _renamed(rel: Rel, columns: list, name: str) -> Rel:
+    """A CTE's relation with the names of its column list (`WITH c(a, b) AS ...`)."""
+    if not columns:
+        return rel
+    if len(columns) != len(rel.cols):
+        raise PlanError(f"sql: CTE {name} names {len(columns)} columns of its query's "
+                        f"{len(rel.cols)} (rule: as many)")
+    return Rel(rel.coll, [Col(n, c.table, c.internal, c.type)
+                          for n, c in zip(columns, rel.cols)])
+
+
+def _linear_step(step, name: str, what: str):
+    """A recursive CTE's step, if it is linear in `name`: one SELECT that reads `name`
+    once, in its FROM or an inner join, without DISTINCT, aggregates, windows, ORDER BY or
+    LIMIT, and not in a subquery or an outer join. Spark applies those per level, where
+    a fixed point would apply them to the whole relation: they would mean another thing."""
+    if not isinstance(step, exp.Select):
+        raise refuse(f"{what}: a step {type(step).__name__.upper()}", f"one SELECT reading "
+                     f"{name} once")
+    refs = [t for t in step.find_all(exp.Table) if t.name.lower() == name]
+    joins = step.args.get("joins") or []
+    outer = [j for j in joins if (j.args.get("side") or j.args.get("kind") or "").lower()
+             not in ("", "inner", "cross")]
+    if step.args.get("distinct") or step.args.get("group") or step.args.get("having") or \
+            _aggregates(step) or any(step.find_all(exp.Window)) or step.args.get("order") \
+            or step.args.get("limit") or outer or len(refs) != 1 or \
+            not isinstance(refs[0].parent, (exp.From, exp.Join)) or \
+            refs[0].parent.parent is not step:
+        raise refuse(f"{what}: a step that is not linear in {name}", f"read {name} once, "
+                     f"in FROM or an inner join, without DISTINCT, aggregates, windows, "
+                     f"ORDER BY, LIMIT, subqueries over it or outer joins")
+    return step
 
 
 def _null_over_no_rows(sub, item, cond=None) -> None:

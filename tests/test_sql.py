@@ -111,6 +111,17 @@ QUERIES = {
     "mixed_type_in": "SELECT k, d FROM t WHERE d * 2 IN (SELECT y FROM u WHERE s = 'a')",
     "mixed_type_scalar": """SELECT k, x FROM t
                             WHERE x <= (SELECT max(y) FROM u WHERE u.y = t.d * 2)""",
+    # WITH RECURSIVE (Spark's form: anchor UNION ALL a step linear in the CTE) as iterate;
+    # the walk may cycle, the level bound ends it, as Spark's levels end
+    "recursive_walk": """WITH RECURSIVE r(k, n) AS (SELECT k, 0 FROM t WHERE x > 0
+                         UNION ALL SELECT u.y, n + 1 FROM r JOIN u ON r.k = u.k
+                         WHERE n < 3 AND s IS NOT NULL) SELECT k, n FROM r""",
+    "recursive_counted": """WITH RECURSIVE r AS (SELECT k AS node, g FROM t UNION ALL
+                            SELECT y, g FROM r, u WHERE r.node = u.k AND u.y > r.node)
+                            SELECT node, g, count(*) AS paths FROM r GROUP BY node, g""",
+    "cte_columns": """WITH c(a, b) AS (SELECT k, x FROM t WHERE x > 0)
+                      SELECT a, b * 2 AS b2 FROM c""",
+    "no_from": "SELECT 1 AS one, CAST(NULL AS STRING) AS s, DATE'2020-01-02' AS d",
     "aggregate_of_aggregate": """SELECT n, count(*) AS groups
                                  FROM (SELECT g, count(*) AS n FROM t GROUP BY g) AS c
                                  GROUP BY n""",
@@ -204,6 +215,38 @@ def test_correlated_scalar_subqueries_in_select_read_sql_values_over_no_rows(spa
     queries = {"scalar_correlated_in_select": QUERIES["scalar_correlated_in_select"]}
     check_steps(spark, conf | (SPARK_ONLY if placement == "spark" else {}), sql_flow(queries),
                 {"t": (T, t), "u": (U, u)}, [1, 2, 3, HORIZON], spark_sql(spark, queries))
+
+
+@pytest.mark.parametrize("placement", ["driver", "spark"])
+def test_recursive_ctes_follow_edges_as_they_come_and_go(spark, conf, placement):
+    """WITH RECURSIVE over a graph whose edges change (a path appears, a cycle that the
+    level bound cuts, a retraction that removes a branch) on both placements, against
+    Spark's recursive CTE and the reference."""
+    t = [((1, "a", 1, None), 0, 1), ((2, "b", 1, None), 1, 1), ((1, "a", 1, None), 3, -1)]
+    u = [((1, 2, "e"), 0, 1), ((2, 3, "e"), 0, 1), ((3, 1, "e"), 1, 1), ((2, 0, "e"), 2, 1),
+         ((2, 3, "e"), 2, -1), ((0, 2, None), 2, 1)]
+    queries = {n: QUERIES[n] for n in ("recursive_walk", "recursive_counted")}
+    check_steps(spark, conf | (SPARK_ONLY if placement == "spark" else {}), sql_flow(queries),
+                {"t": (T, t), "u": (U, u)}, [1, 2, 3, HORIZON], spark_sql(spark, queries))
+
+
+def test_a_recursion_without_end_fails_its_step_and_changes_nothing(spark, conf):
+    """A cycle and no level bound: Spark fails at its level limit, diffspark at
+    diffspark.iterate.max_rounds, with the step refused and the outputs as before."""
+    from executor import Runner, StepError
+    from conftest import updates_df
+
+    flow = Dataflow()
+    flow.input("u", U)
+    flow.output("r", flow.sql("WITH RECURSIVE r(k) AS (SELECT CAST(1 AS BIGINT) UNION ALL "
+                              "SELECT u.y FROM r JOIN u ON r.k = u.k) SELECT k FROM r"))
+    runner = Runner(flow, conf=conf | {"diffspark.iterate.max_rounds": "6"}, spark=spark)
+    runner.step({"u": updates_df(spark, U, [((1, 2, "a"), 0, 1)])}, upto=1)
+    assert sorted(r.k for r in runner.snapshot("r", at=0).collect()) == [1, 2]
+    with pytest.raises(StepError, match="no fixed point in 6 rounds"):
+        runner.step({"u": updates_df(spark, U, [((2, 1, "a"), 1, 1)])}, upto=2)
+    assert runner.frontier == 1 and sorted(r.k for r in runner.snapshot("r", at=0).collect()) \
+        == [1, 2]
 
 
 def test_scalar_conditions_on_comparable_types_are_band_joins():
@@ -405,6 +448,22 @@ def test_random_unnamed_expressions_are_named_as_spark_names_them_or_not_at_all(
     ("SELECT k, (SELECT max(y) FROM u WHERE u.k > t.k) AS m FROM t",
      "correlated predicate u.k > t.k in a scalar subquery"),
     ("SELECT g, count(*) + (SELECT max(y) FROM u) AS c FROM t GROUP BY g", "subquery .* here"),
+    ("WITH RECURSIVE r AS (SELECT k FROM t UNION SELECT u.k FROM r JOIN u ON r.k = u.y) "
+     "SELECT * FROM r", "recursive CTE r other than anchor UNION ALL step"),
+    ("WITH RECURSIVE r AS (SELECT k FROM t UNION ALL SELECT DISTINCT u.k FROM r JOIN u "
+     "ON r.k = u.y) SELECT * FROM r", "recursive CTE r: a step that is not linear in r"),
+    ("WITH RECURSIVE r AS (SELECT k FROM t UNION ALL SELECT a.k FROM r a JOIN r b "
+     "ON a.k = b.k) SELECT * FROM r", "not linear in r"),
+    ("WITH RECURSIVE r AS (SELECT k FROM t UNION ALL SELECT u.k FROM u WHERE u.y IN "
+     "(SELECT k FROM r)) SELECT * FROM r", "not linear in r"),
+    ("WITH RECURSIVE r AS (SELECT k FROM t UNION ALL SELECT u.k FROM r LEFT JOIN u "
+     "ON r.k = u.y) SELECT * FROM r", "not linear in r"),
+    ("WITH RECURSIVE r AS (SELECT k FROM t UNION ALL SELECT max(u.k) FROM r JOIN u "
+     "ON r.k = u.y) SELECT * FROM r", "not linear in r"),
+    ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT k FROM r JOIN t ON r.n = t.k) "
+     "SELECT * FROM r", r"step column 'k' \(BIGINT\) under anchor column 'n' \(INT\)"),
+    ("WITH c(a, b) AS (SELECT k FROM t) SELECT a FROM c", "CTE c names 2 columns of its "
+     "query's 1"),
     ("SELECT k FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.y < t.x)",
      "EXISTS correlated by u.y < t.x alone"),
     ("SELECT t.k FROM t JOIN u ON t.g = u.y", r"join key t.g \(STRING\) = u.y \(BIGINT\)"),

@@ -46,6 +46,7 @@ class Col:
     table: Optional[str]    # qualifier (lower case) or None
     internal: str           # the collection's column
     type: Optional[str]
+    hidden: bool = False    # a JOIN ... USING side's key: read only qualified, not in `*`
 
 
 @dataclass
@@ -57,7 +58,7 @@ class Rel:
     def resolve(self, column: exp.Column) -> Optional[Col]:
         name, table = column.name.lower(), column.table.lower() or None
         hits = [c for c in self.cols if c.name.lower() == name and
-                (table is None or c.table == table)]
+                (c.table == table if table is not None else not c.hidden)]
         if len(hits) > 1:
             raise PlanError(f"sql: column '{column.sql(dialect='spark')}' is ambiguous "
                             f"(rule: qualify it with its table)")
@@ -293,8 +294,12 @@ class Lowering:
             right = self._scan(j.this, ctes)
             kind = (j.args.get("side") or j.args.get("kind") or "").lower()
             on, using = j.args.get("on"), j.args.get("using")
-            if using:
-                raise refuse("JOIN ... USING", "write ON a.x = b.x")
+            if using or (j.args.get("method") or "").upper() == "NATURAL":
+                names = [u.name for u in using] if using else [  # NATURAL: the shared names
+                    c.name for c in rel.cols if not c.hidden and any(
+                        d.name.lower() == c.name.lower() for d in right.cols)]
+                rel = self._using(rel, right, names, kind, _text(j))
+                continue
             if on is None and kind in ("", "cross"):
                 pending.append(right)
                 continue
@@ -342,6 +347,47 @@ class Lowering:
         cols = [Col(c.name, alias, self.fresh(c.name), c.type) for c in read]
         coll = rel.coll.map(*(f"`{c.internal}` AS `{n.internal}`" for c, n in zip(read, cols)))
         return Rel(coll, cols)
+
+    def _using(self, left: Rel, right: Rel, names: list, kind: str, what: str) -> Rel:
+        """a JOIN b USING (k, ...), as Spark: the join on a.k = b.k, then one column k per
+        name (a's for an inner or left join, b's for a right one, coalesce(a.k, b.k) for a
+        full one) ahead of both sides' other columns; a.k and b.k stay readable qualified."""
+        how = {"": "inner", "inner": "inner", "left": "left", "right": "right",
+               "full": "full"}.get(kind)
+        if how is None:
+            raise refuse(f"{kind.upper()} JOIN ... USING")
+        pairs = []
+        for n in names:
+            column = exp.column(n)
+            mine, theirs = left.resolve(column), right.resolve(column)
+            if mine is None or theirs is None:
+                raise PlanError(f"sql: USING column '{n}' is missing from the "
+                                f"{'left' if mine is None else 'right'} side of {what}")
+            pairs.append((mine, theirs))
+        conds = [exp.EQ(this=exp.column(a.internal, quoted=True), expression=exp.column(
+            b.internal, quoted=True)) for a, b in pairs]
+        # the keys read by their internal names: a USING column of an earlier join is not
+        # qualified by any one table
+        inner = [Col(c.internal, None, c.internal, c.type) for c in left.cols + right.cols]
+        joined = self._join(Rel(left.coll, inner[:len(left.cols)]),
+                            Rel(right.coll, inner[len(left.cols):]), conds, how)
+        merged, extra = [], []
+        for (a, b), n in zip(pairs, names):
+            if how == "full":
+                m = Col(n, None, self.fresh(n), common_type(a.type, b.type) if a.type and
+                        b.type and not same_type(a.type, b.type) else a.type or b.type)
+                extra.append(f"coalesce(`{a.internal}`, `{b.internal}`) AS `{m.internal}`")
+            else:
+                m = b if how == "right" else a
+            merged.append(Col(m.name, m.table, m.internal, m.type))
+        keys = {id(c) for pair in pairs for c in pair}
+        hidden = [Col(c.name, c.table, c.internal, c.type, True) for pair in pairs
+                  for c in pair if how == "full" or c is not (pair[1] if how == "right"
+                                                              else pair[0])]
+        rest = [c for c in left.cols + right.cols if id(c) not in keys]
+        coll = joined.coll if not extra else joined.coll.map(
+            *(f"`{c.internal}`" for c in left.cols + right.cols), *extra)
+        return Rel(coll, merged + rest + hidden)
 
     def _join(self, left: Rel, right: Rel, conds: list, how: str) -> Rel:
         keys, rest = [], []
@@ -697,7 +743,8 @@ class Lowering:
             if isinstance(e, exp.Star) or (isinstance(e, exp.Column)
                                            and isinstance(e.this, exp.Star)):
                 table = e.table.lower() if isinstance(e, exp.Column) else None
-                cols = [c for c in rel.cols if table is None or c.table == table]
+                cols = [c for c in rel.cols if (c.table == table if table is not None
+                                                else not c.hidden)]
                 if not cols:
                     raise PlanError(f"sql: {_text(e)} matches no columns")
                 out += [(c.name, (f"`{c.internal}`", c.type)) for c in cols]

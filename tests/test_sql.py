@@ -29,6 +29,17 @@ QUERIES = {
     "left_join": "SELECT t.k AS tk, g, y FROM t LEFT JOIN u ON t.k = u.k",
     "right_join": "SELECT u.k AS uk, x, s FROM t RIGHT JOIN u ON t.k = u.k AND t.x > 0",
     "full_join": "SELECT t.k AS tk, u.k AS uk, d, s FROM t FULL OUTER JOIN u ON u.k = t.k",
+    # JOIN ... USING: one key column (coalesced in a FULL join) ahead of the others; each
+    # side's key readable qualified
+    "using_inner": "SELECT * FROM t JOIN u USING (k) WHERE x > 0 OR y > 0",
+    "using_left": "SELECT k, g, u.k AS uk, y FROM t LEFT JOIN u USING (k)",
+    "using_right": "SELECT * FROM t RIGHT JOIN u USING (k)",
+    "using_full": "SELECT k, t.k AS tk, u.k AS uk, x, s FROM t FULL JOIN u USING (k)",
+    "using_chain": """SELECT k, t2.x AS x2, y FROM t JOIN u USING (k)
+                      JOIN t AS t2 USING (k) WHERE t2.g = 'a'""",
+    "natural_left": "SELECT * FROM t NATURAL LEFT JOIN (SELECT k, y FROM u) AS v",
+    "using_full_grouped": """SELECT k, count(*) AS n, sum(y) AS sy
+                             FROM t FULL JOIN u USING (k) GROUP BY k""",
     "comma_join": "SELECT g, s FROM t, u WHERE t.k = u.k AND s <> 'b'",
     "correlated_scalar": """SELECT t.k, x, d FROM t
                             WHERE x > (SELECT avg(y) FROM u WHERE u.k = t.k)""",
@@ -346,6 +357,32 @@ def _output_names(text: str) -> list:
     return [name for name, _ in columns_of(flow.sql(text).node)]
 
 
+@pytest.mark.parametrize("placement", ["driver", "spark"])
+def test_join_using_over_keys_on_one_side_only(spark, conf, placement):
+    """USING's key column is either side's where the other has no match (a FULL join's
+    coalesce), NULL keys match nothing, on both placements, over steps that add and
+    retract matches."""
+    t = [((1, "a", 1, None), 0, 1), ((None, "b", 2, None), 0, 1), ((3, "c", 3, None), 1, 1),
+         ((1, "a", 1, None), 2, -1)]
+    u = [((1, 5, "x"), 0, 1), ((2, 6, "y"), 0, 1), ((None, 7, "z"), 1, 1), ((3, 8, None), 2, 1)]
+    queries = {n: QUERIES[n] for n in QUERIES if n.startswith("using_")}
+    check_steps(spark, conf | (SPARK_ONLY if placement == "spark" else {}), sql_flow(queries),
+                {"t": (T, t), "u": (U, u)}, [1, 2, HORIZON], spark_sql(spark, queries))
+
+
+def test_join_using_lists_columns_as_spark_does(spark):
+    from plans.types import columns_of
+
+    spark.createDataFrame([], T).createOrReplaceTempView("t")
+    spark.createDataFrame([], U).createOrReplaceTempView("u")
+    for how in ("", "LEFT", "RIGHT", "FULL", "NATURAL", "NATURAL FULL"):
+        text = f"SELECT * FROM t {how} JOIN u" + ("" if "NATURAL" in how else " USING (k)")
+        flow = Dataflow()
+        flow.input("t", T)
+        flow.input("u", U)
+        assert [n for n, _ in columns_of(flow.sql(text).node)] == spark.sql(text).columns
+
+
 def test_select_items_without_alias_are_named_as_spark_names_them(spark):
     spark.createDataFrame([], V).createOrReplaceTempView("v")
     for items, group in ((UNNAMED, ""), (UNNAMED_GROUPED, " GROUP BY s")):
@@ -435,6 +472,7 @@ def test_random_unnamed_expressions_are_named_as_spark_names_them_or_not_at_all(
     ("SELECT nope FROM t", "unknown column 'nope'"),
     ("SELECT k FROM nowhere", "unknown table 'nowhere'"),
     ("SELECT k FROM t JOIN u ON t.k = u.k", "ambiguous"),
+    ("SELECT * FROM t JOIN u USING (y)", "USING column 'y' is missing from the left side"),
     ("SELECT t.k FROM t, u", "cross join"),
     ("SELECT t.k FROM t LEFT JOIN u ON t.k = u.k AND x > 0", "LEFT JOIN condition"),
     ("SELECT g, x FROM t GROUP BY g", "neither grouped nor aggregated"),

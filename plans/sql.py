@@ -151,7 +151,15 @@ class Lowering:
             raise PlanError(f"sql: {what} of {len(left.cols)} and {len(right.cols)} columns "
                             f"(rule: both sides have as many columns)")
         types = []  # per column, the type both sides are cast to (None: as they are)
-        for a, b in zip(left.cols, right.cols):
+        nulls = _null_items(q.this), _null_items(q.expression)
+        for i, (a, b) in enumerate(zip(left.cols, right.cols)):
+            if (i in nulls[0]) != (i in nulls[1]):  # NULL takes the other side's type
+                t = b.type if i in nulls[0] else a.type
+                if t is None:
+                    raise refuse(f"{what} of a NULL column '{a.name}' with one of a type not "
+                                 f"known when the plan is built", "CAST the NULL")
+                types.append(t)
+                continue
             if a.type is None or b.type is None or same_type(a.type, b.type):
                 types.append(None)
                 continue
@@ -585,7 +593,11 @@ class Lowering:
                 if not counted:
                     _null_over_no_rows(sub, item)
                 outer, names, agg, (text, t), groups = self._per_key(rel, inner, inside, pairs)
-                value = agg.coll.map(*groups, f"{text} AS `{v}`")
+                if t is None:  # the LEFT join pads it with a NULL of its type
+                    raise refuse(f"correlated scalar subquery {_text(sub)} in the SELECT "
+                                 f"list, its value of a type not known when the plan is "
+                                 f"built", "CAST it inside the subquery")
+                value = agg.coll.map(*groups, f"CAST({text} AS {t}) AS `{v}`")
                 read = f"coalesce(`{v}`, 0)" if counted else f"`{v}`"
                 joined = outer.join(value, on=names, how="left").map(*cols, f"{read} AS `{v}`")
             else:
@@ -1011,6 +1023,14 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 _NULL_OVER_NO_ROWS = (exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Column, exp.Identifier,
                       exp.Literal, exp.Paren, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg,
                       exp.Cast, exp.DataType, exp.DataTypeParam, exp.Alias)
+
+
+def _null_items(q) -> set:
+    """Positions of a SELECT's items that are a bare NULL (Spark's VOID type)."""
+    while isinstance(q, exp.Subquery):
+        q = q.this
+    return {i for i, e in enumerate(q.expressions) if isinstance(e.unalias(), exp.Null)} \
+        if isinstance(q, exp.Select) else set()
 
 
 def _reads(q, name: str) -> bool:

@@ -55,6 +55,9 @@ QUERIES = {
     "union_all": "SELECT k FROM t UNION ALL SELECT k FROM u",
     "union": "SELECT k FROM t UNION SELECT k FROM u",
     # columns of two types widened as Spark widens them: DECIMAL(6,2) with BIGINT
+    "union_null": "SELECT k, NULL AS z FROM t UNION SELECT k, y FROM u",
+    "union_all_null": """SELECT g, d FROM t UNION ALL SELECT s, NULL FROM u
+                         UNION ALL SELECT NULL, NULL AS n FROM u WHERE y > 1""",
     "union_widened": "SELECT d FROM t UNION SELECT y FROM u WHERE s = 'a'",
     "except_widened": "SELECT k, d FROM t EXCEPT ALL SELECT k, y FROM u",
     "cte_join_aggregate": """WITH c AS (SELECT k, count(*) AS n FROM u GROUP BY k)
@@ -88,6 +91,9 @@ QUERIES = {
                                       x + (SELECT 2 * sum(y) FROM u WHERE t.k = u.k) AS xs,
                                       (SELECT count(DISTINCT s) FROM u WHERE u.y = t.d * 2)
                                       AS ns FROM t""",
+    "scalar_correlated_avg": """SELECT k, (SELECT avg(y) FROM u WHERE u.k = t.k) AS ay,
+                                (SELECT avg(d) * 2 FROM t AS t2 WHERE t2.k = t.k) AS ad
+                                FROM t""",
     "scalar_count": "SELECT k, g FROM t WHERE k < 1 + (SELECT count(*) FROM u WHERE y > 1)",
     "row_number": """SELECT g, k, x FROM (SELECT k, g, x, d, row_number() OVER (PARTITION BY g
                      ORDER BY x DESC, k, d) AS rn FROM t) AS s WHERE rn <= 2 AND k > 0""",

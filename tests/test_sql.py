@@ -415,7 +415,7 @@ def _numeric(depth: int):
     return st.one_of(
         leaf,
         st.tuples(sub, st.sampled_from(["+", "-", "*", "/", "%"]), sub,
-                  st.sampled_from(["{} {} {}", "({}{}{})"])).map(
+                  st.sampled_from(["{} {} {}", "({}{} {})"])).map(
             lambda t: t[3].format(t[0], t[1], t[2])),
         sub.map(lambda x: f"-({x})"),
         st.tuples(st.sampled_from(["abs", "ABS", "coalesce", "nvl", "greatest"]), sub, sub).map(

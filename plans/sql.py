@@ -68,6 +68,10 @@ class Rel:
         return {c.internal.lower(): c.type for c in self.cols}
 
 
+# a join's kind as sqlglot spells it -> the builder's `how`
+_JOIN_HOW = {"": "inner", "inner": "inner", "left": "left", "right": "right", "full": "full"}
+
+
 class Lowering:
     """One statement's translation; `relations` maps lower-case names to Collections of
     `flow`."""
@@ -313,8 +317,7 @@ class Lowering:
                 continue
             if on is None:
                 raise refuse(f"{kind.upper()} JOIN without ON")
-            how = {"": "inner", "inner": "inner", "left": "left", "right": "right",
-                   "full": "full"}.get(kind)
+            how = _JOIN_HOW.get(kind)
             if how is None or j.args.get("method"):
                 raise refuse(f"{(j.args.get('method') or kind).upper()} JOIN")
             rel = self._join(rel, right, _conjuncts(on), how)
@@ -360,8 +363,7 @@ class Lowering:
         """a JOIN b USING (k, ...), as Spark: the join on a.k = b.k, then one column k per
         name (a's for an inner or left join, b's for a right one, coalesce(a.k, b.k) for a
         full one) ahead of both sides' other columns; a.k and b.k stay readable qualified."""
-        how = {"": "inner", "inner": "inner", "left": "left", "right": "right",
-               "full": "full"}.get(kind)
+        how = _JOIN_HOW.get(kind)
         if how is None:
             raise refuse(f"{kind.upper()} JOIN ... USING")
         pairs = []
@@ -379,19 +381,18 @@ class Lowering:
         inner = [Col(c.internal, None, c.internal, c.type) for c in left.cols + right.cols]
         joined = self._join(Rel(left.coll, inner[:len(left.cols)]),
                             Rel(right.coll, inner[len(left.cols):]), conds, how)
-        merged, extra = [], []
+        merged, hidden, extra = [], [], []
         for (a, b), n in zip(pairs, names):
             if how == "full":
-                m = Col(n, None, self.fresh(n), common_type(a.type, b.type) if a.type and
-                        b.type and not same_type(a.type, b.type) else a.type or b.type)
+                m = Col(n, None, self.fresh(n), common_type(a.type, b.type)
+                        if a.type and b.type else a.type or b.type)
                 extra.append(f"coalesce(`{a.internal}`, `{b.internal}`) AS `{m.internal}`")
             else:
                 m = b if how == "right" else a
             merged.append(Col(m.name, m.table, m.internal, m.type))
+            hidden += [Col(c.name, c.table, c.internal, c.type, True) for c in (a, b)
+                       if c is not m]
         keys = {id(c) for pair in pairs for c in pair}
-        hidden = [Col(c.name, c.table, c.internal, c.type, True) for pair in pairs
-                  for c in pair if how == "full" or c is not (pair[1] if how == "right"
-                                                              else pair[0])]
         rest = [c for c in left.cols + right.cols if id(c) not in keys]
         coll = joined.coll if not extra else joined.coll.map(
             *(f"`{c.internal}`" for c in left.cols + right.cols), *extra)

@@ -204,6 +204,7 @@ class Lowering:
         where = q.args.get("where")
         if where is not None:
             rel = self._where(rel, where.this, ctes)
+        q, hidden = self._order_items(q, rel)
         if ranked is not None:
             if q.args.get("group") or any(_aggregates(e) for e in q.expressions):
                 raise refuse("row_number() over grouped rows", "rank the rows of a derived "
@@ -229,7 +230,54 @@ class Lowering:
                 raise refuse("SELECT DISTINCT ON")
             coll = coll.distinct()
         cols = [Col(name, None, name, t) for name, (_, t) in items]
-        return self._top(q, Rel(coll, cols))
+        out = self._top(q, Rel(coll, cols))
+        if not hidden:
+            return out
+        shown = [c for c in cols if c.name not in hidden]
+        return Rel(out.coll.map(*(f"`{c.internal}`" for c in shown)), shown)
+
+    def _order_items(self, q: exp.Select, rel: Rel) -> tuple[exp.Select, set]:
+        """(q, hidden names): an ORDER BY key read as Spark reads it, a name first as the
+        output column of that name, else as the input's (outside an aggregate); a key that
+        reads more than the output (an input column, an aggregate) is a SELECT item of its
+        own, `hidden`, which top_k orders by and the output then drops."""
+        order = q.args.get("order")
+        if order is None or q.args.get("limit") is None:  # _top refuses it or has none
+            return q, set()
+        named = {}  # output name -> the item's expression (a star's: its column)
+        for e in q.expressions:
+            if isinstance(e, exp.Star) or (isinstance(e, exp.Column)
+                                           and isinstance(e.this, exp.Star)):
+                table = e.table.lower() if isinstance(e, exp.Column) else None
+                for c in rel.cols:
+                    if (c.table == table if table is not None else not c.hidden):
+                        named.setdefault(c.name.lower(), exp.column(c.name))
+            elif not e.find(exp.Window):
+                name, body = _named(e, self.text)
+                named.setdefault(name.lower(), body)
+        bodies = {_unfiltered(b): n for n, b in reversed(list(named.items()))}
+        q, hidden = q.copy(), set()
+        for o in q.args["order"].expressions:
+            key = o.this
+            output = all(_plain_column(c) and c.name.lower() in named
+                         for c in key.find_all(exp.Column))
+            if (isinstance(key, exp.Literal) and not key.is_string) or (
+                    output and not _aggregates(key) and not key.find(exp.Subquery)):
+                continue
+            body = _unfiltered(key.transform(lambda n: named[n.name.lower()].copy() if (
+                _plain_column(n) and n.name.lower() in named and not _under_aggregate(n))
+                else n))
+            if body in bodies:
+                o.set("this", exp.column(bodies[body], quoted=True))
+            elif q.args.get("distinct"):
+                raise refuse(f"ORDER BY {_text(key)} of SELECT DISTINCT", "order by the "
+                             "selected columns")
+            else:
+                name = self.fresh("order")
+                hidden.add(name)
+                q.append("expressions", exp.alias_(body, name, quoted=True))
+                o.set("this", exp.column(name, quoted=True))
+        return q, hidden
 
     def _top(self, q, rel: Rel) -> Rel:
         """ORDER BY ... LIMIT k as top_k over the query's output columns."""
@@ -642,40 +690,65 @@ class Lowering:
         return inside, list(pairs.values())
 
     def _in(self, rel: Rel, c: exp.In, ctes) -> Rel:
-        """x IN (SELECT y ...): a semijoin on x = y (a null x or y matches nothing)."""
-        keyed, values, k = self._in_sides(rel, c, ctes)
-        return Rel(keyed.semijoin(values, on=[k]), rel.cols)
+        """x IN (SELECT y ...): a semijoin on x = y (a null x or y matches nothing), and on
+        the subquery's correlating equalities, if any."""
+        outer, values, names = self._in_sides(rel, c, ctes)
+        return Rel(outer.semijoin(values, on=names), rel.cols)
 
     def _not_in(self, rel: Rel, c: exp.In, ctes) -> Rel:
-        """x NOT IN (SELECT y ...) with SQL's null rule: true when the subquery is empty;
-        else unknown (the row dropped) when x is null or some y is null; else x not among
-        the y. Two disjoint parts: non-null x absent from the y while no y is null, and
-        null x while there are no y (joined on a constant: those conditions are global)."""
-        keyed, values, k = self._in_sides(rel, c, ctes)
-        one = self.fresh("one")
+        """x NOT IN (SELECT y ...) with SQL's null rule, where S is the y of the inner rows
+        an outer row meets (all of them, uncorrelated: one group on a constant): true when S
+        is empty; else unknown (the row dropped) when x is null or some y of S is null; else
+        x not among S. Two disjoint parts after dropping the rows whose S holds a null or x:
+        non-null x, and null x whose S is empty."""
+        outer, values, names = self._in_sides(rel, c, ctes)
+        corr, k = names[:-1], names[-1]
         cols = [f"`{col.internal}`" for col in rel.cols]
-
-        def flag(coll):
-            return coll.map(*cols, f"1 AS `{one}`")
-        nulls = values.filter(f"`{k}` IS NULL").map(f"1 AS `{one}`")
-        known = flag(keyed.filter(f"`{k}` IS NOT NULL").antijoin(values, on=[k]))
-        unknown = flag(keyed.filter(f"`{k}` IS NULL"))
-        coll = known.antijoin(nulls, on=[one]).concat(
-            unknown.antijoin(values.map(f"1 AS `{one}`"), on=[one]))
+        if not corr:
+            one = self.fresh("one")
+            outer = outer.map(*cols, f"`{k}`", f"1 AS `{one}`")
+            values = values.map(f"`{k}`", f"1 AS `{one}`")
+            corr = [one]
+        groups = values.map(*(f"`{n}`" for n in corr))
+        nulls = values.filter(f"`{k}` IS NULL").map(*(f"`{n}`" for n in corr))
+        left = outer.antijoin(nulls, on=corr).antijoin(values, on=corr + [k])
+        coll = left.filter(f"`{k}` IS NOT NULL").concat(
+            left.filter(f"`{k}` IS NULL").antijoin(groups, on=corr))
         return Rel(coll.map(*cols), rel.cols)
 
     def _in_sides(self, rel: Rel, c: exp.In, ctes):
-        """(rel with column k = x, the subquery's values as column k, k) of x [NOT] IN."""
-        sub = self.query(c.args["query"].this, ctes)
-        if len(sub.cols) != 1:
-            raise PlanError(f"sql: IN (subquery) selects {len(sub.cols)} columns (rule: one)")
-        value = sub.cols[0].internal
-        (mine, theirs), = self._key_casts(
-            [(c.this, exp.column(value, quoted=True))], rel,
-            Rel(sub.coll, [Col(value, None, value, sub.cols[0].type)]))
-        k = self.fresh("in")
-        return (self._keyed(rel, [c.this], [k], [mine]),
-                sub.coll.map(f"{_cast(f'`{value}`', theirs)} AS `{k}`"), k)
+        """(rel with key columns, the subquery's rows with theirs, the key names) of x [NOT]
+        IN (subquery): its correlating equalities outer = inner, then x = y, the last. A
+        plain SELECT of one value may be correlated in its WHERE; any other subquery is a
+        query of its own."""
+        q = c.args["query"].this
+        if isinstance(q, exp.Select) and len(q.expressions) == 1 and not any(
+                q.args.get(k) for k in ("group", "having", "limit", "order", "with_", "with",
+                                        "qualify", "windows")) and not _aggregates(
+                q.expressions[0]) and not q.expressions[0].find(exp.Star):
+            inside, pairs = self._correlated(rel, q, ctes, "an IN subquery")
+            item = q.expressions[0].unalias()
+        else:
+            sub = self.query(q, ctes)
+            if len(sub.cols) != 1:
+                raise PlanError(f"sql: IN (subquery) selects {len(sub.cols)} columns (rule: "
+                                f"one)")
+            value = sub.cols[0].internal
+            inside = Rel(sub.coll, [Col(value, None, value, sub.cols[0].type)])
+            pairs, item = [], exp.column(value, quoted=True)
+        return self._meeting(rel, inside, pairs + [(c.this, item)], "in")
+
+    def _meeting(self, rel: Rel, inside: Rel, pairs, hint: str, carried: bool = False):
+        """(rel with a key column per pair outer = inner, inside with its side of each pair
+        under the same names (and its own columns where `carried`), the names), each side
+        CAST to the type Spark compares the pair in."""
+        names = [self.fresh(hint) for _ in pairs]
+        casts = self._key_casts(pairs, rel, inside)
+        outer = self._keyed(rel, [a for a, _ in pairs], names, [mine for mine, _ in casts])
+        probe = inside.coll.map(*(f"{_cast(self._expr(b, inside, 'a subquery'), t)} AS `{n}`"
+                                  for (_, b), n, (_, t) in zip(pairs, names, casts)),
+                                *(f"`{c.internal}`" for c in (inside.cols if carried else [])))
+        return outer, probe, names
 
     def _exists(self, rel: Rel, q, ctes, negated: bool) -> Rel:
         """[NOT] EXISTS (SELECT ... FROM ... WHERE outer = inner AND ...): a semijoin
@@ -693,13 +766,8 @@ class Lowering:
             outer = rel.coll.map(*cols, f"1 AS `{one}`")
             op = outer.antijoin if negated else outer.semijoin
             return Rel(op(inside.coll.map(f"1 AS `{one}`"), on=[one]).map(*cols), rel.cols)
-        names = [self.fresh("ex") for _ in keys]
-        casts = self._key_casts(keys, rel, inside)
-        outer = self._keyed(rel, [a for a, _ in keys], names, [mine for mine, _ in casts])
         # the mixed predicates read the inside's columns after the join
-        probe = inside.coll.map(*(f"{_cast(self._expr(b, inside, 'EXISTS'), t)} AS `{n}`"
-                                  for (_, b), n, (_, t) in zip(keys, names, casts)),
-                                *(f"`{c.internal}`" for c in (inside.cols if mixed else [])))
+        outer, probe, names = self._meeting(rel, inside, keys, "ex", carried=bool(mixed))
         if mixed:
             outer, probe, names = self._mixed(rel, inside, outer, probe, names, mixed)
         op = outer.antijoin if negated else outer.semijoin
@@ -776,14 +844,18 @@ class Lowering:
         subquery in it as in WHERE, over the groups), then the SELECT list over group
         columns and aggregates. Without GROUP BY, one group that always exists (_phantom):
         SQL's one row, even over no rows."""
-        items = [_named(e, self.text) for e in q.expressions]
+        items = [(name, _unfiltered(body)) for name, body in
+                 (_named(e, self.text) for e in q.expressions)]
         if any(isinstance(b, exp.Star) for _, b in items):
             raise refuse("SELECT * with GROUP BY or aggregates")
+        aliases = {}  # a SELECT item's name -> its expression, first of a name
+        for name, body in items:
+            aliases.setdefault(name.lower(), body)
         group_exprs = []
         for g in (group.expressions if group is not None else []):
             if isinstance(g, exp.Literal) and not g.is_string:  # GROUP BY 1: a SELECT item
                 g = items[int(g.this) - 1][1]
-            group_exprs.append(_resolved(g, rel))
+            group_exprs.append(_resolved(_grouped_by_alias(g, rel, aliases), rel))
         if group is not None and (group.args.get("rollup") or group.args.get("cube")
                                   or group.args.get("grouping_sets")):
             raise refuse("ROLLUP, CUBE and GROUPING SETS")
@@ -795,7 +867,9 @@ class Lowering:
             mark = exp.Placeholder(this=self.fresh("sub"))
             aside[mark.name] = sub
             sub.replace(mark)
-        cond = _resolved(cond, rel) if cond is not None else None
+        if cond is not None:
+            cond = _resolved(_having_aliases(_unfiltered(cond), rel, aliases, group_exprs),
+                             rel)
         phantom = None
         if not group_exprs:
             rel, phantom = self._phantom(rel, exprs + [cond])
@@ -849,8 +923,10 @@ class Lowering:
             e = e.transform(swap)
             stray = [c for c in e.find_all(exp.Column) if c.name not in gnames + names]
             if stray:
-                raise PlanError(f"sql: column '{stray[0].name}' is neither grouped nor "
-                                f"aggregated (rule: add it to GROUP BY or aggregate it)")
+                name = next((c.name for c in rel.cols if c.internal == stray[0].name),
+                            stray[0].name)
+                raise PlanError(f"sql: column '{name}' is neither grouped nor aggregated "
+                                f"(rule: add it to GROUP BY or aggregate it)")
             return e
 
         agg_types = {n: self._agg_type(a, types) for a, n in zip(aggs, names)}
@@ -1090,6 +1166,73 @@ def _null_over_no_rows(sub, item, cond=None) -> None:
     if not isinstance(bare, _COMPARISONS) or not any(o is sub for o in operands):
         raise refuse(f"condition {_text(cond)} on a correlated scalar subquery",
                      "compare a column or expression with it (=, <>, <, <=, >, >=)")
+
+
+def _unfiltered(e):
+    """An aggregate's FILTER (WHERE c) as a CASE in its argument: `sum(x) FILTER (WHERE c)`
+    is `sum(CASE WHEN c THEN x END)`, as a row where c is not true adds NULL, which every
+    aggregate skips (count(*) counts CASE WHEN c THEN 1 END; DISTINCT stays outside)."""
+    def swap(node):
+        if not isinstance(node, exp.Filter):
+            return node
+        agg = node.this
+        if not isinstance(agg, AGGREGATES):
+            raise refuse(f"FILTER on {_text(agg)}", "FILTER (WHERE ...) on count, sum, min, "
+                         "max and avg")
+        agg, arg = agg.copy(), agg.this
+        distinct = isinstance(arg, exp.Distinct)
+        if distinct and len(arg.expressions) != 1:
+            raise refuse(f"aggregate {_text(node)}", "DISTINCT of one column")
+        value = arg.expressions[0] if distinct else arg
+        if value is None or isinstance(value, exp.Star):
+            value = exp.Literal.number(1)
+        case = exp.Case(ifs=[exp.If(this=node.expression.this.copy(), true=value.copy())])
+        agg.set("this", exp.Distinct(expressions=[case]) if distinct else case)
+        return agg
+    return e.transform(swap)
+
+
+def _plain_column(node) -> bool:
+    return isinstance(node, exp.Column) and not node.table and not isinstance(node.this,
+                                                                              exp.Star)
+
+
+def _under_aggregate(node) -> bool:
+    p = node.parent
+    while p is not None:
+        if isinstance(p, exp.AggFunc):
+            return True
+        p = p.parent
+    return False
+
+
+def _grouped_by_alias(g, rel: Rel, aliases: dict):
+    """A GROUP BY expression with each name the input lacks read as the SELECT item of that
+    name (Spark's groupByAliases: the input's columns first)."""
+    def swap(node):
+        if _plain_column(node) and rel.resolve(node) is None and node.name.lower() in aliases:
+            body = aliases[node.name.lower()]
+            if _aggregates(body):
+                raise refuse(f"GROUP BY {node.name}, the name of an aggregate",
+                             "group by input columns or expressions of them")
+            return body.copy()
+        return node
+    return g.transform(swap)
+
+
+def _having_aliases(cond, rel: Rel, aliases: dict, group_exprs: list):
+    """HAVING's names as Spark 4.1 reads them: outside an aggregate, a grouped input column,
+    else a SELECT item's name (`HAVING total > 3`), else the input's column; inside an
+    aggregate, the input's column."""
+    def swap(node):
+        if not _plain_column(node) or node.name.lower() not in aliases or \
+                _under_aggregate(node):
+            return node
+        col = rel.resolve(node)
+        if col is not None and exp.column(col.internal, quoted=True) in group_exprs:
+            return node
+        return aliases[node.name.lower()].copy()
+    return cond.transform(swap)
 
 
 def _in_subquery(node, top) -> bool:

@@ -85,6 +85,8 @@ def _sql(e: exp.Expression, text: str) -> Optional[str]:
         return _cast(e, text)
     if type(e) in _AGGREGATES:
         return _aggregate(e, text)
+    if isinstance(e, exp.Filter) and type(e.this) in _AGGREGATES:
+        return _call("{} FILTER (WHERE {})", [e.this, e.expression.this], [], text)
     return _function(e, text)
 
 

@@ -114,7 +114,8 @@ def _map(exprs, cols: Columns) -> Optional[Columns]:
 def expression_type(e: exp.Expression, types: dict[str, Optional[str]]) -> Optional[str]:
     """The Spark type of `e` where certain: a column of known type (by lower-case name in
     `types`), a CAST, a literal, unary minus and + - * / over those (Spark's arithmetic
-    types, DECIMAL precision and scale included), parenthesised or not; else None."""
+    types, DECIMAL precision and scale included), a CASE whose branches have one type,
+    parenthesised or not; else None."""
     while isinstance(e, exp.Paren):
         e = e.this
     if isinstance(e, exp.Column) and not e.table:
@@ -127,6 +128,13 @@ def expression_type(e: exp.Expression, types: dict[str, Optional[str]]) -> Optio
         if isinstance(e.this, exp.Literal) and not e.this.is_string:
             return _number_type(e.this.this, negative=True)
         return expression_type(e.this, types)
+    if isinstance(e, exp.Case):  # its branches' type where they have one (NULLs aside)
+        branches = [b.args.get("true") for b in e.args.get("ifs") or []] + [
+            e.args.get("default")]
+        found = [expression_type(x, types) for x in branches
+                 if x is not None and not isinstance(x, exp.Null)]
+        return found[0] if found and None not in found and all(
+            same_type(found[0], t) for t in found) else None
     op = _ARITHMETIC.get(type(e))
     if op is None or isinstance(e.expression, exp.Interval):
         return None

@@ -344,7 +344,10 @@ def test_edge_cases_equal_spark(spark, ansi):
 ARITHMETIC = ["p * (1 - q)", "a * 0.0001", "p / 3", "p / q", "100.00 * p / q", "-i * i8",
               "i / a", "x + p", "1.50 + p", "(p + 1) * (q - 2)", "p * p * p * p * p",
               "p / (q * q * q)", "i8 + i8", "a - 12345678901", "1 + 2.5", ".5 * q", "1e3 + p",
-              "-(p - i)", "p + 1L", "CAST(i AS DECIMAL(4, 1)) * a", "p * CAST(2 AS BIGINT)"]
+              "-(p - i)", "p + 1L", "CAST(i AS DECIMAL(4, 1)) * a", "p * CAST(2 AS BIGINT)",
+              "CASE WHEN bo THEN p END", "CASE WHEN i > 0 THEN q * 2 ELSE NULL END",
+              "CASE a WHEN 1 THEN s WHEN 2 THEN 'z' END", "CASE WHEN bo THEN 1 ELSE i END",
+              "CASE WHEN bo THEN CAST(p AS DECIMAL(10, 2)) ELSE p END"]
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))

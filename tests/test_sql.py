@@ -139,6 +139,33 @@ QUERIES = {
     "cte_columns": """WITH c(a, b) AS (SELECT k, x FROM t WHERE x > 0)
                       SELECT a, b * 2 AS b2 FROM c""",
     "no_from": "SELECT 1 AS one, CAST(NULL AS STRING) AS s, DATE'2020-01-02' AS d",
+    # names as Spark resolves them: GROUP BY an item's name where the input has no such
+    # column; HAVING an item's name unless the input's column of that name is grouped (x
+    # here is the count, k the input's); ORDER BY the output's names first, then the
+    # input's columns and aggregates (kept aside for top_k, then dropped)
+    "group_by_alias": "SELECT k % 2 AS parity, count(*) AS n FROM t GROUP BY parity",
+    "having_alias": """SELECT k, sum(d) AS sd, count(*) AS x, x AS kx FROM t GROUP BY k, x
+                       HAVING sd > 0 OR x > 1 OR kx = 1""",
+    "having_grouped_input": "SELECT x AS k, count(*) AS n FROM t GROUP BY k, x HAVING k = 1",
+    "order_by_aggregate": """SELECT g, sum(x) FROM t GROUP BY g
+                             ORDER BY sum(x) DESC NULLS LAST, max(d), g LIMIT 2""",
+    "order_by_input": "SELECT k AS kk, g FROM t ORDER BY x DESC NULLS FIRST, k, g LIMIT 3",
+    "order_by_alias_expression": """SELECT k, count(*) AS n FROM t GROUP BY k
+                                    ORDER BY n * 10 - k DESC, k LIMIT 2""",
+    # FILTER (WHERE c) as CASE WHEN c THEN x END inside the aggregate
+    "filter_grouped": """SELECT g, count(*) FILTER (WHERE x > 0) AS np,
+                         sum(d) FILTER (WHERE k = 1) AS sd, avg(x) FILTER (WHERE g IS NULL)
+                         AS ax, count(DISTINCT x) FILTER (WHERE d > 0) AS dx FROM t GROUP BY g""",
+    "filter_global": """SELECT count(*) FILTER (WHERE x > 0) AS n,
+                        max(d) FILTER (WHERE x < 0) AS m FROM t""",
+    # IN / NOT IN correlated by equalities: per outer row, the y of the rows it meets (an
+    # inner k shadows the outer one); NOT IN's null rule holds per row
+    "in_correlated": "SELECT k, x FROM t WHERE x IN (SELECT y FROM u WHERE u.k = t.k)",
+    "in_correlated_shadowed": """SELECT k, g FROM t
+                                 WHERE k IN (SELECT k FROM u WHERE u.y = t.x AND s = 'a')""",
+    "not_in_correlated": "SELECT k, x FROM t WHERE x NOT IN (SELECT y FROM u WHERE u.k = t.k)",
+    "not_in_correlated_typed": """SELECT k, d FROM t WHERE d NOT IN
+                                  (SELECT y FROM u WHERE t.k = u.k AND s = 'a')""",
     "aggregate_of_aggregate": """SELECT n, count(*) AS groups
                                  FROM (SELECT g, count(*) AS n FROM t GROUP BY g) AS c
                                  GROUP BY n""",
@@ -347,7 +374,10 @@ UNNAMED_GROUPED = ["s", "sum(i)", "SUM(i)", "count(*)", "count(1)", "count(i)",
                    "count(DISTINCT i)", "avg(m)", "min(s)", "max(d)", "sum(i * 2)",
                    "sum(i) + 1", "max(i) - min(i)", "sum(m) / count(*)", "max(DISTINCT i)",
                    "sum(CASE WHEN b THEN i ELSE 0 END)", "count(k) + count(DISTINCT i)",
-                   "coalesce(sum(i), 0)"]
+                   "coalesce(sum(i), 0)", "count(*) FILTER (WHERE i > 1)",
+                   "sum(m) FILTER (WHERE b)", "max(d) FILTER (WHERE i IS NULL AND b)",
+                   "count(DISTINCT i) FILTER (WHERE s IN ('a', 'b'))",
+                   "avg(f) filter (where NOT b) + 1"]
 # Spark names these in ways the rules do not follow (or sqlglot cannot tell apart: `x IS
 # NOT NULL` and `NOT x IS NULL` parse alike, Spark names them apart): an alias is asked for
 UNNAMED_REFUSED = ["i IS NOT NULL", "i < 2.50", "NOT -1.5 >= k", "substr(s, 1, 2)", "floor(m)",
@@ -372,6 +402,24 @@ def test_join_using_over_keys_on_one_side_only(spark, conf, placement):
          ((1, "a", 1, None), 2, -1)]
     u = [((1, 5, "x"), 0, 1), ((2, 6, "y"), 0, 1), ((None, 7, "z"), 1, 1), ((3, 8, None), 2, 1)]
     queries = {n: QUERIES[n] for n in QUERIES if n.startswith("using_")}
+    check_steps(spark, conf | (SPARK_ONLY if placement == "spark" else {}), sql_flow(queries),
+                {"t": (T, t), "u": (U, u)}, [1, 2, HORIZON], spark_sql(spark, queries))
+
+
+@pytest.mark.parametrize("placement", ["driver", "spark"])
+def test_correlated_in_filter_and_hidden_order_keys_on_both_placements(spark, conf, placement):
+    """Correlated IN and NOT IN (an outer row whose inner rows come, hold a NULL, and go),
+    FILTER aggregates and ORDER BY keys that are not selected, on either placement, against
+    Spark SQL and the reference."""
+    t = [((1, "a", 5, Decimal("1.25")), 0, 1), ((1, "b", 6, None), 0, 1),
+         ((2, "a", 1, Decimal("-0.50")), 0, 1), ((None, "b", 2, None), 0, 1),
+         ((3, None, None, Decimal("1.25")), 1, 1), ((1, "b", 6, None), 2, -1)]
+    u = [((1, 5, "a"), 0, 1), ((2, 9, "a"), 0, 1), ((1, None, "a"), 1, 1),
+         ((3, 3, "b"), 1, 1), ((1, None, "a"), 2, -1), ((2, 1, "a"), 2, 1)]
+    queries = {n: QUERIES[n] for n in ("in_correlated", "in_correlated_shadowed",
+                                       "not_in_correlated", "not_in_correlated_typed",
+                                       "filter_grouped", "order_by_aggregate",
+                                       "order_by_input", "having_alias")}
     check_steps(spark, conf | (SPARK_ONLY if placement == "spark" else {}), sql_flow(queries),
                 {"t": (T, t), "u": (U, u)}, [1, 2, HORIZON], spark_sql(spark, queries))
 
@@ -511,6 +559,15 @@ def test_random_unnamed_expressions_are_named_as_spark_names_them_or_not_at_all(
     ("SELECT k FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.y < t.x)",
      "EXISTS correlated by u.y < t.x alone"),
     ("SELECT t.k FROM t JOIN u ON t.g = u.y", r"join key t.g \(STRING\) = u.y \(BIGINT\)"),
+    ("SELECT DISTINCT k FROM t ORDER BY x LIMIT 1", "ORDER BY x of SELECT DISTINCT"),
+    ("SELECT sum(x) AS n, g FROM t GROUP BY n", "GROUP BY n, the name of an aggregate"),
+    ("SELECT k AS kk, count(*) AS n FROM t GROUP BY kk + 1",
+     "column 'k' is neither grouped nor aggregated"),
+    ("SELECT k FROM t ORDER BY sum(x) LIMIT 1", "column 'k' is neither grouped"),
+    ("SELECT k FROM t WHERE x IN (SELECT y FROM u WHERE u.k > t.k)",
+     "correlated predicate u.k > t.k in an IN subquery"),
+    ("SELECT g, max(x) FILTER (WHERE k IN (SELECT k FROM u)) AS m FROM t GROUP BY g",
+     "subquery .* here"),
 ])
 def test_unsupported_sql_is_refused_when_the_plan_is_built(text, message):
     flow = Dataflow()

@@ -68,6 +68,9 @@ class Rel:
         return {c.internal.lower(): c.type for c in self.cols}
 
 
+# the clauses of a SELECT beyond FROM ... WHERE (as sqlglot names them)
+_BEYOND_WHERE = ("group", "having", "limit", "offset", "order", "with_", "with", "qualify",
+                 "windows")
 # a join's kind as sqlglot spells it -> the builder's `how`
 _JOIN_HOW = {"": "inner", "inner": "inner", "left": "left", "right": "right", "full": "full"}
 
@@ -204,6 +207,8 @@ class Lowering:
         where = q.args.get("where")
         if where is not None:
             rel = self._where(rel, where.this, ctes)
+        q = _lateral(q, rel)
+        rel, q = self._windows(rel, q)
         q, hidden = self._order_items(q, rel)
         if ranked is not None:
             if q.args.get("group") or any(_aggregates(e) for e in q.expressions):
@@ -242,7 +247,7 @@ class Lowering:
         reads more than the output (an input column, an aggregate) is a SELECT item of its
         own, `hidden`, which top_k orders by and the output then drops."""
         order = q.args.get("order")
-        if order is None or q.args.get("limit") is None:  # _top refuses it or has none
+        if order is None or (q.args.get("limit") is None and q.args.get("offset") is None):
             return q, set()
         named = {}  # output name -> the item's expression (a star's: its column)
         for e in q.expressions:
@@ -255,7 +260,7 @@ class Lowering:
             elif not e.find(exp.Window):
                 name, body = _named(e, self.text)
                 named.setdefault(name.lower(), body)
-        bodies = {_unfiltered(b): n for n, b in reversed(list(named.items()))}
+        bodies = {_canonical(b): n for n, b in reversed(list(named.items()))}
         q, hidden = q.copy(), set()
         for o in q.args["order"].expressions:
             key = o.this
@@ -264,7 +269,7 @@ class Lowering:
             if (isinstance(key, exp.Literal) and not key.is_string) or (
                     output and not _aggregates(key) and not key.find(exp.Subquery)):
                 continue
-            body = _unfiltered(key.transform(lambda n: named[n.name.lower()].copy() if (
+            body = _canonical(key.transform(lambda n: _inlined(named[n.name.lower()]) if (
                 _plain_column(n) and n.name.lower() in named and not _under_aggregate(n))
                 else n))
             if body in bodies:
@@ -280,26 +285,42 @@ class Lowering:
         return q, hidden
 
     def _top(self, q, rel: Rel) -> Rel:
-        """ORDER BY ... LIMIT k as top_k over the query's output columns."""
-        order, limit = q.args.get("order"), q.args.get("limit")
-        if q.args.get("offset"):
-            raise refuse("OFFSET")
-        if order is None and limit is None:
+        """ORDER BY ... LIMIT k [OFFSET n] as top_k over the query's output columns: the
+        first n + k rows less the first n (top_k breaks ties by the whole record, so the
+        first n are among the first n + k); OFFSET without LIMIT is every row less them."""
+        order, limit, offset = (q.args.get(k) for k in ("order", "limit", "offset"))
+        if order is None and limit is None and offset is None:
             return rel
-        if limit is None:
+        if order is None:
+            raise refuse(f"{'LIMIT' if limit is not None else 'OFFSET'} without ORDER BY",
+                         "which rows it keeps is not determined")
+        if limit is None and offset is None:
             raise refuse("ORDER BY without LIMIT", "a view is a multiset; order it when "
                          "reading, or add LIMIT k for the first k rows")
-        if order is None:
-            raise refuse("LIMIT without ORDER BY", "which rows it keeps is not determined")
-        k = limit.expression
-        if not (isinstance(k, exp.Literal) and not k.is_string and k.this.isdigit()):
-            raise refuse(f"LIMIT {_text(k)}", "LIMIT takes a positive integer")
-        return Rel(rel.coll.top_k(int(k.this), order_by=self._order(order, rel)), rel.cols)
+        by = self._order(order, rel)
+        k = _count(limit, "LIMIT") if limit is not None else None
+        n = _count(offset, "OFFSET") if offset is not None else 0
+        first = rel.coll.top_k(n + k, order_by=by) if k is not None else rel.coll
+        if n == 0:
+            return Rel(first, rel.cols)
+        return Rel(first.concat(rel.coll.top_k(n, order_by=by).negate()), rel.cols)
 
     def _order(self, order, rel: Rel) -> str:
-        """top_k's order_by text of an ORDER BY (Spark's null order made explicit)."""
-        keys = []
-        for o in order.expressions:
+        """top_k's order_by text of an ORDER BY (Spark's null order made explicit);
+        ORDER BY ALL is every output column in turn, unless one is named `all`."""
+        keys, items = [], order.expressions
+        if any(isinstance(o.this, exp.Var) for o in items):
+            if len(items) > 1 or items[0].this.name.upper() != "ALL":
+                raise refuse(f"ORDER BY {', '.join(_text(o) for o in items)}")
+            if not any(c.name.lower() == "all" for c in rel.cols):
+                o = items[0]
+                items = [exp.Ordered(this=exp.Literal.number(i + 1), desc=o.args.get("desc"),
+                                     nulls_first=o.args.get("nulls_first"))
+                         for i in range(len(rel.cols))]
+            else:
+                items = [items[0].copy()]
+                items[0].set("this", exp.column("all"))
+        for o in items:
             e = o.this
             if isinstance(e, exp.Literal) and not e.is_string:  # ORDER BY 2: a column
                 e = exp.column(rel.cols[int(e.this) - 1].internal, quoted=True)
@@ -335,6 +356,61 @@ class Lowering:
                          f"in the outer WHERE", "its value is not kept; only the first k rows")
         self.ranked[id(item.this)] = (w.this, limits[0][1])
         self.used.add(id(limits[0][0]))
+
+    def _windows(self, rel: Rel, q: exp.Select) -> tuple[Rel, exp.Select]:
+        """Aggregates OVER (PARTITION BY p) without ORDER BY or frame (over the whole
+        partition, `x / sum(x) OVER (PARTITION BY g)`): per partition, one reduction of its
+        aggregates over the rows keyed by their partition's values (one JSON value, so
+        NULLs partition together, as in Spark), joined back on that key; each window reads
+        its value's column."""
+        found = [w for e in q.expressions for w in e.find_all(exp.Window)]
+        if not found:
+            return rel, q
+        for e in q.expressions:
+            if e.find(exp.Window) and not isinstance(e, exp.Alias):
+                raise PlanError(f"sql: SELECT item {_text(e)} needs a name (rule: add AS "
+                                f"name)")
+        outside = [a for e in q.expressions for a in _aggregates(e)
+                   if not any(isinstance(p, exp.Window) for p in _parents(a))]
+        if q.args.get("group") or q.args.get("having") or outside:
+            raise refuse(f"window function {_text(found[0])} over grouped rows",
+                         "aggregate in a derived table, then window over it")
+        for w in found:
+            if not _whole_partition(w):
+                raise refuse(f"window function {_text(w)}", _WINDOWS)
+        partitions: list = []  # [(partition expressions, [windows])]
+        for w in found:
+            parts = list(w.args.get("partition_by") or [])
+            same = next((ws for ps, ws in partitions if ps == parts), None)
+            if same is None:
+                partitions.append((parts, [w]))
+            else:
+                same.append(w)
+        cols = [f"`{c.internal}`" for c in rel.cols]
+        values: dict = {}  # id(window) -> its value's column
+        for parts, ws in partitions:
+            key = self.fresh("window")
+            fields = ", ".join(f"{self._expr(p, rel, 'PARTITION BY')} AS p{i}"
+                               for i, p in enumerate(parts))
+            keyed = Rel(rel.coll.map(*cols, f"to_json(struct({fields})) AS `{key}`" if parts
+                                     else f"'' AS `{key}`"),
+                        rel.cols + [Col(key, None, key, "STRING")])
+            names = [self.fresh("over") for _ in ws]
+            agg, items = self._aggregate(
+                exp.Select(expressions=[exp.alias_(w.this.copy(), n, quoted=True)
+                                        for w, n in zip(ws, names)]),
+                keyed, exp.Group(expressions=[exp.column(key, quoted=True)]), None)
+            value = agg.coll.map(f"`{agg.cols[0].internal}` AS `{key}`",
+                                 *(f"{text} AS `{n}`" for n, (text, _) in items))
+            joined = keyed.coll.join(value, on=[key]).map(*cols, *(f"`{n}`" for n in names))
+            rel = Rel(joined, rel.cols + [Col(n, None, n, t) for n, (_, t) in items])
+            cols += [f"`{n}`" for n in names]
+            values.update({id(w): n for w, n in zip(ws, names)})
+        q = q.copy()
+        copies = [w for e in q.expressions for w in e.find_all(exp.Window)]
+        for w, original in zip(copies, found):
+            w.replace(exp.column(values[id(original)], quoted=True))
+        return rel, q
 
     def _ranked(self, rel: Rel, window, k: int) -> Rel:
         """The first k rows per partition by the window's order (ties by the record)."""
@@ -551,7 +627,11 @@ class Lowering:
                 continue
             negated = isinstance(c, exp.Not)
             inner = c.this if negated else c
-            if isinstance(inner, exp.In) and inner.args.get("query") is not None:
+            bare = c.unnest()
+            if isinstance(bare, exp.Or) and (any(_predicate_subqueries(bare))
+                                             or len(list(_scalar_subqueries(bare))) > 1):
+                rel = self._either(rel, bare, ctes)
+            elif isinstance(inner, exp.In) and inner.args.get("query") is not None:
                 rel = (self._not_in if negated else self._in)(rel, inner, ctes)
             elif isinstance(inner, exp.Exists):
                 rel = self._exists(rel, inner.this, ctes, negated)
@@ -560,6 +640,19 @@ class Lowering:
             else:
                 rel = Rel(rel.coll.filter(self._expr(c, rel, "WHERE")), rel.cols)
         return rel
+
+    def _either(self, rel: Rel, c, ctes) -> Rel:
+        """A OR B where a side holds an IN or EXISTS subquery (or each a scalar one): the
+        rows A keeps, plus those B keeps, less those both keep. Each side keeps or drops a
+        row by its own values (a filter, a semijoin, an antijoin, a join to one value per
+        row), so a row counts once where A OR B is true, as SQL's three-valued OR."""
+        first, *rest = _disjuncts(c)
+        other = exp.or_(*rest) if len(rest) > 1 else rest[0]
+        cols = [f"`{col.internal}`" for col in rel.cols]
+        a = self._where(rel, first, ctes)
+        b, both = self._where(rel, other, ctes), self._where(a, other, ctes)
+        return Rel(a.coll.map(*cols).concat(b.coll.map(*cols),
+                                            both.coll.map(*cols).negate()), rel.cols)
 
     def _scalar_filter(self, rel: Rel, c, ctes) -> Rel:
         """A condition on one scalar subquery, an aggregate without GROUP BY: over the rows
@@ -701,6 +794,9 @@ class Lowering:
         is empty; else unknown (the row dropped) when x is null or some y of S is null; else
         x not among S. Two disjoint parts after dropping the rows whose S holds a null or x:
         non-null x, and null x whose S is empty."""
+        if isinstance(c.this, exp.Tuple):
+            raise refuse(f"NOT IN of several values {_text(c.this)}", "NOT EXISTS with "
+                         "equalities, whose nulls are simpler")
         outer, values, names = self._in_sides(rel, c, ctes)
         corr, k = names[:-1], names[-1]
         cols = [f"`{col.internal}`" for col in rel.cols]
@@ -718,25 +814,24 @@ class Lowering:
 
     def _in_sides(self, rel: Rel, c: exp.In, ctes):
         """(rel with key columns, the subquery's rows with theirs, the key names) of x [NOT]
-        IN (subquery): its correlating equalities outer = inner, then x = y, the last. A
-        plain SELECT of one value may be correlated in its WHERE; any other subquery is a
-        query of its own."""
+        IN (subquery): its correlating equalities outer = inner, then x = y (or each of
+        (x1, x2) IN (SELECT y1, y2 ...)), the last. A plain SELECT of values may be
+        correlated in its WHERE; any other subquery is a query of its own."""
         q = c.args["query"].this
-        if isinstance(q, exp.Select) and len(q.expressions) == 1 and not any(
-                q.args.get(k) for k in ("group", "having", "limit", "order", "with_", "with",
-                                        "qualify", "windows")) and not _aggregates(
-                q.expressions[0]) and not q.expressions[0].find(exp.Star):
+        probes = c.this.expressions if isinstance(c.this, exp.Tuple) else [c.this]
+        if isinstance(q, exp.Select) and not any(q.args.get(k) for k in _BEYOND_WHERE) and \
+                not any(_aggregates(e) or e.find(exp.Star) for e in q.expressions):
             inside, pairs = self._correlated(rel, q, ctes, "an IN subquery")
-            item = q.expressions[0].unalias()
+            items = [e.unalias() for e in q.expressions]
         else:
-            sub = self.query(q, ctes)
-            if len(sub.cols) != 1:
-                raise PlanError(f"sql: IN (subquery) selects {len(sub.cols)} columns (rule: "
-                                f"one)")
-            value = sub.cols[0].internal
-            inside = Rel(sub.coll, [Col(value, None, value, sub.cols[0].type)])
-            pairs, item = [], exp.column(value, quoted=True)
-        return self._meeting(rel, inside, pairs + [(c.this, item)], "in")
+            sub, pairs = self.query(q, ctes), []
+            items = [exp.column(col.internal, quoted=True) for col in sub.cols]
+            inside = Rel(sub.coll, [Col(col.internal, None, col.internal, col.type)
+                                    for col in sub.cols])
+        if len(items) != len(probes):
+            raise PlanError(f"sql: IN (subquery) selects {len(items)} columns for "
+                            f"{len(probes)} (rule: as many as the values before IN)")
+        return self._meeting(rel, inside, pairs + list(zip(probes, items)), "in")
 
     def _meeting(self, rel: Rel, inside: Rel, pairs, hint: str, carried: bool = False):
         """(rel with a key column per pair outer = inner, inside with its side of each pair
@@ -753,8 +848,7 @@ class Lowering:
     def _exists(self, rel: Rel, q, ctes, negated: bool) -> Rel:
         """[NOT] EXISTS (SELECT ... FROM ... WHERE outer = inner AND ...): a semijoin
         (antijoin) on the correlated equalities; the other predicates filter the inside."""
-        if not isinstance(q, exp.Select) or any(q.args.get(k) for k in (
-                "group", "having", "limit", "order", "with_", "with")):
+        if not isinstance(q, exp.Select) or any(q.args.get(k) for k in _BEYOND_WHERE):
             raise refuse("EXISTS over anything but SELECT ... FROM ... WHERE")
         mixed: list = []
         inside, keys = self._correlated(rel, q, ctes, "EXISTS", mixed)
@@ -844,7 +938,7 @@ class Lowering:
         subquery in it as in WHERE, over the groups), then the SELECT list over group
         columns and aggregates. Without GROUP BY, one group that always exists (_phantom):
         SQL's one row, even over no rows."""
-        items = [(name, _unfiltered(body)) for name, body in
+        items = [(name, _canonical(body)) for name, body in
                  (_named(e, self.text) for e in q.expressions)]
         if any(isinstance(b, exp.Star) for _, b in items):
             raise refuse("SELECT * with GROUP BY or aggregates")
@@ -852,7 +946,10 @@ class Lowering:
         for name, body in items:
             aliases.setdefault(name.lower(), body)
         group_exprs = []
-        for g in (group.expressions if group is not None else []):
+        groups = group.expressions if group is not None else []
+        if group is not None and group.args.get("all"):  # GROUP BY ALL: the items without
+            groups = [b for _, b in items if not _aggregates(b)]  # aggregates (none: global)
+        for g in groups:
             if isinstance(g, exp.Literal) and not g.is_string:  # GROUP BY 1: a SELECT item
                 g = items[int(g.this) - 1][1]
             group_exprs.append(_resolved(_grouped_by_alias(g, rel, aliases), rel))
@@ -868,7 +965,7 @@ class Lowering:
             aside[mark.name] = sub
             sub.replace(mark)
         if cond is not None:
-            cond = _resolved(_having_aliases(_unfiltered(cond), rel, aliases, group_exprs),
+            cond = _resolved(_having_aliases(_canonical(cond), rel, aliases, group_exprs),
                              rel)
         phantom = None
         if not group_exprs:
@@ -915,9 +1012,9 @@ class Lowering:
             e = e.copy()
             mapping = [(a, n) for a, n in zip(aggs, names)] + list(zip(group_exprs, gnames))
 
-            def swap(node):
+            def swap(node):  # parentheses aside: GROUP BY (k % 2) groups SELECT k % 2
                 for src, n in mapping:
-                    if node == src:
+                    if node.unnest() == src.unnest():
                         return exp.column(n, quoted=True)
                 return node
             e = e.transform(swap)
@@ -1141,7 +1238,7 @@ def _linear_step(step, name: str, what: str):
              not in ("", "inner", "cross")]
     if step.args.get("distinct") or step.args.get("group") or step.args.get("having") or \
             _aggregates(step) or any(step.find_all(exp.Window)) or step.args.get("order") \
-            or step.args.get("limit") or outer or len(refs) != 1 or \
+            or step.args.get("limit") or step.args.get("offset") or outer or len(refs) != 1 or \
             not isinstance(refs[0].parent, (exp.From, exp.Join)) or \
             refs[0].parent.parent is not step:
         raise refuse(f"{what}: a step that is not linear in {name}", f"read {name} once, "
@@ -1168,18 +1265,75 @@ def _null_over_no_rows(sub, item, cond=None) -> None:
                      "compare a column or expression with it (=, <>, <, <=, >, >=)")
 
 
-def _unfiltered(e):
-    """An aggregate's FILTER (WHERE c) as a CASE in its argument: `sum(x) FILTER (WHERE c)`
-    is `sum(CASE WHEN c THEN x END)`, as a row where c is not true adds NULL, which every
-    aggregate skips (count(*) counts CASE WHEN c THEN 1 END; DISTINCT stays outside)."""
+def _lateral(q: exp.Select, rel: Rel) -> exp.Select:
+    """q with each name in a SELECT item that the input lacks but an earlier item has
+    (Spark's lateral column alias: `SELECT x * 2 AS y, y + 1 AS z`) read as that item's
+    expression. An item that reads one needs an alias: Spark names it after an internal
+    node (`(lateralAliasReference(y) + 1)`)."""
+    q, earlier = q.copy(), {}
+    for e in list(q.expressions):
+        if isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this,
+                                                                                exp.Star)):
+            continue
+        body = e.this if isinstance(e, exp.Alias) else e
+        read = body.transform(lambda n: _inlined(earlier[n.name.lower()]) if (
+            _plain_column(n) and n.name.lower() in earlier and rel.resolve(n) is None) else n)
+        if read != body:
+            if not isinstance(e, exp.Alias):
+                raise PlanError(f"sql: SELECT item {_text(e)} needs a name (rule: add AS "
+                                f"name; it reads an earlier item's alias)")
+            body.replace(read)
+        if isinstance(e, exp.Alias):
+            earlier.setdefault(e.alias.lower(), e.this)
+    return q
+
+
+def _inlined(body):
+    """A copy of an item's expression to stand for its name inside another: parenthesised,
+    as the SQL text of the AST keeps only the parentheses written (x + 1 in y * 2 would
+    otherwise read x + 1 * 2)."""
+    if isinstance(body, (exp.Column, exp.Literal, exp.Paren)):
+        return body.copy()
+    return exp.Paren(this=body.copy())
+
+
+def _parents(node):
+    p = node.parent
+    while p is not None:
+        yield p
+        p = p.parent
+
+
+def _count(clause, what: str) -> int:
+    """The rows of a LIMIT or OFFSET clause: a non-negative integer literal."""
+    n = clause.expression
+    if not (isinstance(n, exp.Literal) and not n.is_string and n.this.isdigit()):
+        raise refuse(f"{what} {_text(n)}", f"{what} takes a non-negative integer")
+    return int(n.this)
+
+
+def _canonical(e):
+    """e with its aggregates in the five forms the reduction knows: `sum(x) FILTER (WHERE
+    c)` is `sum(CASE WHEN c THEN x END)`, as a row where c is not true adds NULL, which
+    every aggregate skips (count(*) counts CASE WHEN c THEN 1 END; DISTINCT stays outside);
+    count_if(c) is count(CASE WHEN c THEN 1 END); bool_or(c) and some(c) are max(c),
+    bool_and(c) and every(c) min(c), over BOOLEAN as Spark orders it (false < true)."""
     def swap(node):
+        if isinstance(node, exp.CountIf):
+            return exp.Count(this=exp.Case(ifs=[exp.If(this=node.this.copy(),
+                                                       true=exp.Literal.number(1))]))
+        if isinstance(node, (exp.LogicalOr, exp.LogicalAnd)) or _boolean_aggregate(node):
+            arg = node.this if not isinstance(node, exp.Anonymous) else node.expressions[0]
+            some = isinstance(node, exp.LogicalOr) or (
+                isinstance(node, exp.Anonymous) and node.name.lower() == "some")
+            return (exp.Max if some else exp.Min)(this=arg.copy())
         if not isinstance(node, exp.Filter):
             return node
-        agg = node.this
+        agg = _canonical(node.this)
         if not isinstance(agg, AGGREGATES):
             raise refuse(f"FILTER on {_text(agg)}", "FILTER (WHERE ...) on count, sum, min, "
                          "max and avg")
-        agg, arg = agg.copy(), agg.this
+        arg = agg.this
         distinct = isinstance(arg, exp.Distinct)
         if distinct and len(arg.expressions) != 1:
             raise refuse(f"aggregate {_text(node)}", "DISTINCT of one column")
@@ -1187,9 +1341,16 @@ def _unfiltered(e):
         if value is None or isinstance(value, exp.Star):
             value = exp.Literal.number(1)
         case = exp.Case(ifs=[exp.If(this=node.expression.this.copy(), true=value.copy())])
+        agg = agg.copy()
         agg.set("this", exp.Distinct(expressions=[case]) if distinct else case)
         return agg
     return e.transform(swap)
+
+
+def _boolean_aggregate(node) -> bool:
+    """every(c) or some(c), which sqlglot leaves as functions it does not know."""
+    return isinstance(node, exp.Anonymous) and node.name.lower() in ("every", "some") and \
+        len(node.expressions) == 1
 
 
 def _plain_column(node) -> bool:
@@ -1198,12 +1359,7 @@ def _plain_column(node) -> bool:
 
 
 def _under_aggregate(node) -> bool:
-    p = node.parent
-    while p is not None:
-        if isinstance(p, exp.AggFunc):
-            return True
-        p = p.parent
-    return False
+    return any(isinstance(p, exp.AggFunc) for p in _parents(node))
 
 
 def _grouped_by_alias(g, rel: Rel, aliases: dict):
@@ -1215,7 +1371,7 @@ def _grouped_by_alias(g, rel: Rel, aliases: dict):
             if _aggregates(body):
                 raise refuse(f"GROUP BY {node.name}, the name of an aggregate",
                              "group by input columns or expressions of them")
-            return body.copy()
+            return _inlined(body)
         return node
     return g.transform(swap)
 
@@ -1231,7 +1387,7 @@ def _having_aliases(cond, rel: Rel, aliases: dict, group_exprs: list):
         col = rel.resolve(node)
         if col is not None and exp.column(col.internal, quoted=True) in group_exprs:
             return node
-        return aliases[node.name.lower()].copy()
+        return _inlined(aliases[node.name.lower()])
     return cond.transform(swap)
 
 
@@ -1246,9 +1402,10 @@ def _in_subquery(node, top) -> bool:
 
 
 def _aggregates(e) -> list:
-    """The aggregates of `e` itself (not of its subqueries)."""
+    """The aggregates of `e` itself (not of its subqueries), in any form _canonical reads."""
     return [n for n in e.walk(prune=lambda n: isinstance(n, exp.Subquery))
-            if isinstance(n, AGGREGATES)]
+            if isinstance(n, AGGREGATES + (exp.CountIf, exp.LogicalOr, exp.LogicalAnd))
+            or _boolean_aggregate(n)]
 
 
 def _scalar_query(sub: exp.Subquery) -> exp.Select:
@@ -1272,6 +1429,13 @@ def _outermost(e):
         while parent is not None and parent is not e and not isinstance(parent, exp.Subquery):
             parent = parent.parent
         if not isinstance(parent, exp.Subquery):
+            yield node
+
+
+def _predicate_subqueries(e):
+    """The IN and EXISTS subqueries of `e`."""
+    for node in e.find_all(exp.Exists, exp.In):
+        if isinstance(node, exp.Exists) or node.args.get("query") is not None:
             yield node
 
 
@@ -1307,7 +1471,7 @@ def _resolved(e, rel: Rel):
         if isinstance(node, (exp.Subquery, exp.Exists)) or (
                 isinstance(node, exp.In) and node.args.get("query") is not None):
             raise refuse(f"subquery {_text(node)} here", "IN / EXISTS subqueries are "
-                         "supported as WHERE conjuncts")
+                         "supported in WHERE, under AND and OR")
         if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
             col = rel.resolve(node)
             if col is None:
@@ -1369,14 +1533,24 @@ def _rank_limit(c, rn: str) -> Optional[int]:
     return k if k >= 1 else None
 
 
+_WINDOWS = ("an aggregate OVER (PARTITION BY ...) of the whole partition, and row_number() "
+            "OVER (PARTITION BY ... ORDER BY ...) AS rn in a derived table filtered by "
+            "rn <= k outside")
+
+
+def _whole_partition(w: exp.Window) -> bool:
+    """An aggregate over its whole partition: no ORDER BY, frame or named window."""
+    return not (w.args.get("order") or w.args.get("spec") or w.args.get("alias")) and \
+        bool(_aggregates(w.this)) and _aggregates(w.this)[0] is w.this and \
+        not w.this.find(exp.Distinct)
+
+
 def _checked_statement(s):
     """Refuse windows and non-deterministic functions as written (before renaming)."""
     for node in s.walk():
-        if isinstance(node, exp.Window) and not (_row_number(node) and
-                                                 isinstance(node.parent, exp.Alias)):
-            raise refuse(f"window function {_text(node)}", "only ORDER BY ... LIMIT k, and "
-                         "row_number() OVER (PARTITION BY ... ORDER BY ...) AS rn in a "
-                         "derived table filtered by rn <= k")
+        if isinstance(node, exp.Window) and not _whole_partition(node) and not (
+                _row_number(node) and isinstance(node.parent, exp.Alias)):
+            raise refuse(f"window function {_text(node)}", _WINDOWS)
         if isinstance(node, _NON_DETERMINISTIC_NODES) or (
                 isinstance(node, exp.Func) and _func_name(node) in NON_DETERMINISTIC):
             raise refuse(f"non-deterministic function {_text(node)}",

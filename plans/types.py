@@ -114,8 +114,8 @@ def _map(exprs, cols: Columns) -> Optional[Columns]:
 def expression_type(e: exp.Expression, types: dict[str, Optional[str]]) -> Optional[str]:
     """The Spark type of `e` where certain: a column of known type (by lower-case name in
     `types`), a CAST, a literal, unary minus and + - * / over those (Spark's arithmetic
-    types, DECIMAL precision and scale included), a CASE whose branches have one type,
-    parenthesised or not; else None."""
+    types, DECIMAL precision and scale included), a comparison or other predicate, a CASE
+    whose branches have one type, parenthesised or not; else None."""
     while isinstance(e, exp.Paren):
         e = e.this
     if isinstance(e, exp.Column) and not e.table:
@@ -128,6 +128,8 @@ def expression_type(e: exp.Expression, types: dict[str, Optional[str]]) -> Optio
         if isinstance(e.this, exp.Literal) and not e.this.is_string:
             return _number_type(e.this.this, negative=True)
         return expression_type(e.this, types)
+    if isinstance(e, _PREDICATES):
+        return "BOOLEAN"
     if isinstance(e, exp.Case):  # its branches' type where they have one (NULLs aside)
         branches = [b.args.get("true") for b in e.args.get("ifs") or []] + [
             e.args.get("default")]
@@ -153,6 +155,8 @@ def expression_type(e: exp.Expression, types: dict[str, Optional[str]]) -> Optio
     return f"DECIMAL({p}, {s})"
 
 
+_PREDICATES = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.And,
+               exp.Or, exp.Not, exp.Is, exp.In, exp.Between, exp.Like, exp.Boolean)
 _ARITHMETIC = {exp.Add: "add", exp.Sub: "subtract", exp.Mul: "multiply", exp.Div: "divide"}
 INTEGRAL_DECIMAL = {"TINYINT": (3, 0), "SMALLINT": (5, 0), "INT": (10, 0), "BIGINT": (20, 0)}
 

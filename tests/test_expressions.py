@@ -347,7 +347,9 @@ ARITHMETIC = ["p * (1 - q)", "a * 0.0001", "p / 3", "p / q", "100.00 * p / q", "
               "-(p - i)", "p + 1L", "CAST(i AS DECIMAL(4, 1)) * a", "p * CAST(2 AS BIGINT)",
               "CASE WHEN bo THEN p END", "CASE WHEN i > 0 THEN q * 2 ELSE NULL END",
               "CASE a WHEN 1 THEN s WHEN 2 THEN 'z' END", "CASE WHEN bo THEN 1 ELSE i END",
-              "CASE WHEN bo THEN CAST(p AS DECIMAL(10, 2)) ELSE p END"]
+              "CASE WHEN bo THEN CAST(p AS DECIMAL(10, 2)) ELSE p END", "p > q",
+              "NOT (i = a OR bo)", "s LIKE 'a%' AND i IS NOT NULL", "i IN (1, 2)",
+              "x BETWEEN 1 AND 2", "p <=> q", "true"]
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))

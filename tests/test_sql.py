@@ -152,6 +152,33 @@ QUERIES = {
     "order_by_input": "SELECT k AS kk, g FROM t ORDER BY x DESC NULLS FIRST, k, g LIMIT 3",
     "order_by_alias_expression": """SELECT k, count(*) AS n FROM t GROUP BY k
                                     ORDER BY n * 10 - k DESC, k LIMIT 2""",
+    # ALL: ORDER BY every output column in turn; GROUP BY the items without aggregates
+    # (none: a global aggregate, one row over no rows too)
+    "order_by_all": "SELECT k, x FROM t ORDER BY ALL DESC LIMIT 2",
+    "group_by_all": "SELECT g, k % 2 AS p, count(*) AS n, sum(x) + 1 AS s FROM t GROUP BY ALL",
+    "group_by_all_global": "SELECT count(*) AS n, max(x) AS m FROM t GROUP BY ALL",
+    # OFFSET n: the first n + k rows less the first n; without LIMIT, all less the first n
+    "offset": """SELECT g, sum(x) AS s FROM t GROUP BY g
+                 ORDER BY s DESC NULLS LAST, g LIMIT 2 OFFSET 1""",
+    "offset_only": "SELECT k, x, g FROM t ORDER BY x, k, g OFFSET 2",
+    # lateral column aliases: an earlier item's name where the input has no such column
+    # (k is the input's in k + 1)
+    "lateral_alias": "SELECT x * 2 AS k, k + 1 AS z, z * z AS zz FROM t",
+    "lateral_grouped": """SELECT g, sum(x) AS s, s * 2 AS s2, count(*) AS n FROM t GROUP BY g
+                          HAVING s2 > n""",
+    # count_if, bool_or / some, bool_and / every as count, max and min
+    "boolean_aggregates": """SELECT g, count_if(x > 0) AS c, bool_or(x > 1) AS bo,
+                             bool_and(d > 0) AS ba, every(k = 1) AS e, some(x IS NULL) AS so
+                             FROM t GROUP BY g""",
+    "boolean_global": "SELECT count_if(x > 1) AS c, bool_or(d > 0) AS b FROM t",
+    # aggregates over a whole partition, joined back to each row by the partition's values
+    # (NULLs partition together)
+    "window_partition": """SELECT k, x, g, sum(x) OVER (PARTITION BY g) AS sg,
+                           count(*) OVER () AS n, max(d) OVER (PARTITION BY g) - d AS gap
+                           FROM t WHERE k IS NOT NULL OR x > 0""",
+    "window_partitions": """SELECT k, avg(x) OVER (PARTITION BY k % 2, g) AS a,
+                            min(d) OVER (PARTITION BY k) AS md, count(x) OVER (PARTITION BY g)
+                            AS cx, count_if(x > 0) OVER (PARTITION BY g) AS cp FROM t""",
     # FILTER (WHERE c) as CASE WHEN c THEN x END inside the aggregate
     "filter_grouped": """SELECT g, count(*) FILTER (WHERE x > 0) AS np,
                          sum(d) FILTER (WHERE k = 1) AS sd, avg(x) FILTER (WHERE g IS NULL)
@@ -164,6 +191,19 @@ QUERIES = {
     "in_correlated_shadowed": """SELECT k, g FROM t
                                  WHERE k IN (SELECT k FROM u WHERE u.y = t.x AND s = 'a')""",
     "not_in_correlated": "SELECT k, x FROM t WHERE x NOT IN (SELECT y FROM u WHERE u.k = t.k)",
+    # OR over subqueries: the rows either side keeps, less those both keep
+    "or_in": "SELECT k, x FROM t WHERE k = 1 OR k IN (SELECT k FROM u WHERE y > 0)",
+    "or_not_exists": """SELECT k, g, x FROM t WHERE x > 2
+                        OR NOT EXISTS (SELECT 1 FROM u WHERE u.k = t.k) OR g = 'b'""",
+    "or_in_branches": """SELECT k, x FROM t WHERE (x > 0 AND k IN (SELECT k FROM u WHERE y > 0))
+                         OR (x IS NULL AND k NOT IN (SELECT y FROM u))""",
+    "or_scalars": """SELECT k, x FROM t WHERE x > (SELECT min(y) FROM u)
+                     OR x < (SELECT max(y) FROM u WHERE s = 'a')""",
+    "in_tuple": "SELECT k, g, x FROM t WHERE (k, x) IN (SELECT k, y FROM u WHERE s = 'a')",
+    "in_tuple_correlated": """SELECT k, x FROM t
+                              WHERE (k, g) IN (SELECT y, s FROM u WHERE u.k = t.x)""",
+    "in_tuple_grouped": """SELECT k, x FROM t
+                           WHERE (k, x) IN (SELECT k, max(y) FROM u GROUP BY k)""",
     "not_in_correlated_typed": """SELECT k, d FROM t WHERE d NOT IN
                                   (SELECT y FROM u WHERE t.k = u.k AND s = 'a')""",
     "aggregate_of_aggregate": """SELECT n, count(*) AS groups
@@ -409,8 +449,9 @@ def test_join_using_over_keys_on_one_side_only(spark, conf, placement):
 @pytest.mark.parametrize("placement", ["driver", "spark"])
 def test_correlated_in_filter_and_hidden_order_keys_on_both_placements(spark, conf, placement):
     """Correlated IN and NOT IN (an outer row whose inner rows come, hold a NULL, and go),
-    FILTER aggregates and ORDER BY keys that are not selected, on either placement, against
-    Spark SQL and the reference."""
+    FILTER aggregates, ORDER BY keys that are not selected, OFFSET, windows, OR over
+    subqueries and IN of several values, on either placement, against Spark SQL and the
+    reference."""
     t = [((1, "a", 5, Decimal("1.25")), 0, 1), ((1, "b", 6, None), 0, 1),
          ((2, "a", 1, Decimal("-0.50")), 0, 1), ((None, "b", 2, None), 0, 1),
          ((3, None, None, Decimal("1.25")), 1, 1), ((1, "b", 6, None), 2, -1)]
@@ -419,7 +460,9 @@ def test_correlated_in_filter_and_hidden_order_keys_on_both_placements(spark, co
     queries = {n: QUERIES[n] for n in ("in_correlated", "in_correlated_shadowed",
                                        "not_in_correlated", "not_in_correlated_typed",
                                        "filter_grouped", "order_by_aggregate",
-                                       "order_by_input", "having_alias")}
+                                       "order_by_input", "having_alias", "offset",
+                                       "window_partition", "or_not_exists", "in_tuple",
+                                       "boolean_global", "group_by_all_global")}
     check_steps(spark, conf | (SPARK_ONLY if placement == "spark" else {}), sql_flow(queries),
                 {"t": (T, t), "u": (U, u)}, [1, 2, HORIZON], spark_sql(spark, queries))
 
@@ -505,10 +548,14 @@ def test_random_unnamed_expressions_are_named_as_spark_names_them_or_not_at_all(
     ("SELECT rand() AS r FROM t", "non-deterministic function RAND()"),
     ("SELECT k, current_timestamp() AS now FROM t", "non-deterministic function"),
     ("SELECT k FROM t ORDER BY k", "ORDER BY without LIMIT is not supported"),
+    ("SELECT k FROM t ORDER BY k LIMIT k", "LIMIT k is not supported; LIMIT takes"),
     ("SELECT k FROM t LIMIT 3", "LIMIT without ORDER BY"),
     ("SELECT sum(z) AS s FROM (SELECT abs(x) AS z FROM t) AS c",
      "an aggregate without GROUP BY over column 'z' of a type unknown"),
-    ("SELECT k, sum(x) OVER (PARTITION BY g) AS s FROM t", "window function"),
+    ("SELECT k, sum(x) OVER (PARTITION BY g ORDER BY k) AS s FROM t", "window function"),
+    ("SELECT g, sum(sum(x)) OVER () AS s FROM t GROUP BY g", "over grouped rows"),
+    ("SELECT k, count(DISTINCT x) OVER (PARTITION BY g) AS s FROM t", "window function"),
+    ("SELECT k, max(x) OVER w AS m FROM t WINDOW w AS (PARTITION BY g)", "window function"),
     ("SELECT k FROM (SELECT k, rank() OVER (ORDER BY x) AS r FROM t) AS s WHERE r <= 2",
      "window function"),
     ("SELECT * FROM (SELECT k, row_number() OVER (ORDER BY x) AS rn FROM t) AS s "
@@ -560,6 +607,12 @@ def test_random_unnamed_expressions_are_named_as_spark_names_them_or_not_at_all(
      "EXISTS correlated by u.y < t.x alone"),
     ("SELECT t.k FROM t JOIN u ON t.g = u.y", r"join key t.g \(STRING\) = u.y \(BIGINT\)"),
     ("SELECT DISTINCT k FROM t ORDER BY x LIMIT 1", "ORDER BY x of SELECT DISTINCT"),
+    ("SELECT k FROM t WHERE (k, x) NOT IN (SELECT k, y FROM u)", "NOT IN of several values"),
+    ("SELECT k FROM t WHERE k IN (SELECT k, y FROM u)", "selects 2 columns for 1"),
+    ("SELECT x * 2 AS y, y + 1 FROM t", r"SELECT item y \+ 1 needs a name .*earlier item"),
+    ("SELECT k, x FROM t ORDER BY ALL, k LIMIT 1", "ORDER BY ALL, k is not supported"),
+    ("SELECT k FROM t LIMIT 2 OFFSET 1", "LIMIT without ORDER BY"),
+    ("SELECT k FROM t ORDER BY k OFFSET -1", "OFFSET -1 is not supported"),
     ("SELECT sum(x) AS n, g FROM t GROUP BY n", "GROUP BY n, the name of an aggregate"),
     ("SELECT k AS kk, count(*) AS n FROM t GROUP BY kk + 1",
      "column 'k' is neither grouped nor aggregated"),

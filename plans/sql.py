@@ -670,7 +670,7 @@ class Lowering:
         v, cols = self.fresh("scalar"), [f"`{col.internal}`" for col in rel.cols]
         if pairs:
             _null_over_no_rows(subs[0], q.expressions[0], c)
-            outer, names, agg, (text, t), groups = self._per_key(rel, q, inside, pairs)
+            outer, names, agg, (text, t), groups, _ = self._per_key(rel, q, inside, pairs)
         else:
             agg, items = self._aggregate(q, inside, None, None)
             (text, t), = [item for _, item in items]
@@ -708,7 +708,7 @@ class Lowering:
         (value,) = [item for _, item in items]
         groups = [f"{_cast(f'`{g.internal}`', to)} AS `{n}`"
                   for g, n, (_, to) in zip(agg.cols, names, casts)]
-        return outer, names, agg, value, groups
+        return outer, names, agg, value, groups, casts
 
     def _scalar_items(self, rel: Rel, q: exp.Select, ctes) -> tuple[Rel, exp.Select]:
         """(rel joined with the value of each scalar subquery in the SELECT list, q with
@@ -718,6 +718,7 @@ class Lowering:
         value is grouped by the correlated keys (_per_key) and LEFT joined: a row no group
         meets reads SQL's value over no rows, NULL (sum, avg, min, max and arithmetic on
         them) or 0 (a count by itself); any other value is refused."""
+        rel, q = self._predicate_values(rel, q)
         subs = [sub for e in q.expressions for sub in _outermost(e)]
         if not subs:
             return rel, q
@@ -725,23 +726,33 @@ class Lowering:
             if any(_outermost(e)):
                 _named(e, self.text)
         values = []  # (subquery, its value's column)
+        base = rel  # each value is worked out over it; `rel` gains a column per value
         for sub in subs:
             inner = _scalar_query(sub)
-            inside, pairs = self._correlated(rel, inner, ctes, "a scalar subquery")
+            inside, pairs = self._correlated(base, inner, ctes, "a scalar subquery")
             v, cols = self.fresh("scalar"), [f"`{col.internal}`" for col in rel.cols]
             if pairs:
                 item = inner.expressions[0]
                 counted = isinstance(item.unalias(), exp.Count)
                 if not counted:
                     _null_over_no_rows(sub, item)
-                outer, names, agg, (text, t), groups = self._per_key(rel, inner, inside, pairs)
+                outer, names, agg, (text, t), groups, casts = self._per_key(base, inner, inside,
+                                                                            pairs)
                 if t is None:  # the LEFT join pads it with a NULL of its type
                     raise refuse(f"correlated scalar subquery {_text(sub)} in the SELECT "
                                  f"list, its value of a type not known when the plan is "
                                  f"built", "CAST it inside the subquery")
+                # the value of every outer key (NULL or 0 where no group meets it), then
+                # joined to the rows on one non-null value of the key: each value reads the
+                # rows before it once, so n of them grow a Spark plan linearly, not as 3^n
+                key = self.fresh("row")
+                packed = f"to_json(struct({', '.join(f'`{n}`' for n in names)})) AS `{key}`"
                 value = agg.coll.map(*groups, f"CAST({text} AS {t}) AS `{v}`")
                 read = f"coalesce(`{v}`, 0)" if counted else f"`{v}`"
-                joined = outer.join(value, on=names, how="left").map(*cols, f"{read} AS `{v}`")
+                every = outer.map(*(f"`{n}`" for n in names), packed).distinct().join(
+                    value, on=names, how="left").map(f"`{key}`", f"{read} AS `{v}`")
+                mine = self._keyed(rel, [a for a, _ in pairs], names, [m for m, _ in casts])
+                joined = mine.map(*cols, packed).join(every, on=[key]).map(*cols, f"`{v}`")
             else:
                 agg, items = self._aggregate(inner, inside, None, None)
                 (text, t), = [item for _, item in items]
@@ -749,12 +760,60 @@ class Lowering:
                 value = agg.coll.map(f"1 AS `{one}`", f"{text} AS `{v}`")
                 joined = rel.coll.map(*cols, f"1 AS `{one}`").join(value, on=[one]).map(
                     *cols, f"`{v}`")
-            rel = Rel(joined, rel.cols + [Col(v, None, v, t)])
+            # qualified by its own name and hidden: no query name reaches it, nor `*`
+            rel = Rel(joined, rel.cols + [Col(v, v, v, t, hidden=True)])
             values.append((sub, v))
         q = q.copy()
         q.set("expressions", [e.transform(lambda n: next(
-            (exp.column(v, quoted=True) for sub, v in values if n == sub), n))
+            (exp.column(v, v, quoted=True) for sub, v in values if n == sub), n))
             for e in q.expressions])
+        return rel, q
+
+    def _predicate_values(self, rel: Rel, q: exp.Select) -> tuple[Rel, exp.Select]:
+        """EXISTS and IN subqueries as values in the SELECT list, read through counts that
+        _scalar_items keeps (correlated by equalities, or global), with the two values
+        Spark 4.1 gives them there (an existence join, never NULL, unlike SQL's IN): EXISTS
+        is count(*) > 0; x IN (SELECT y ... WHERE c) is count(c AND y = x) > 0; x NOT IN is
+        false where some y equals x, or is NULL, or x is NULL and some row meets c. x is a
+        column of its own (`probe`), so the inner scope cannot take it for one of its own."""
+        if not any(_predicate_subqueries(e) for e in q.expressions):
+            return rel, q
+        q = q.copy()
+        for e in list(q.expressions):
+            if any(_predicate_subqueries(e)) and not isinstance(e, exp.Alias):
+                e.replace(exp.alias_(e.copy(), _named(e, self.text)[0], quoted=True))
+        outermost = [n for e in q.expressions for n in _predicate_subqueries(e)
+                     if not any(isinstance(p, (exp.Subquery, exp.Exists)) for p in _parents(n))]
+        for node in outermost:
+            inner = node.this if isinstance(node, exp.Exists) else node.args["query"].this
+            if not isinstance(inner, exp.Select) or any(inner.args.get(k) for k in
+                                                        _BEYOND_WHERE):
+                raise refuse(f"subquery {_text(node)} as a value", "EXISTS or IN over SELECT "
+                             "... FROM ... WHERE")
+            if isinstance(node, exp.Exists):
+                node.replace(_some(_counted(inner)))
+                continue
+            if isinstance(node.this, exp.Tuple) or len(inner.expressions) != 1 or \
+                    not node.this.find(exp.Column):
+                raise refuse(f"IN {_text(node)} as a value", "one column or expression of "
+                             "columns before IN (Spark answers a constant's otherwise)")
+            probe = self.fresh("probe")  # qualified by its own name, seen nowhere else
+            t = expression_type(_resolved(node.this, rel), rel.types())
+            rel = Rel(rel.coll.map(*(f"`{c.internal}`" for c in rel.cols),
+                                   f"{self._expr(node.this, rel, 'IN')} AS `{probe}`"),
+                      rel.cols + [Col(probe, probe, probe, t, hidden=True)])
+            y, x = inner.expressions[0].unalias(), exp.column(probe, probe, quoted=True)
+            match = _some(_counted(inner, exp.EQ(this=y.copy(), expression=x.copy())))
+            negation = node.parent
+            while isinstance(negation, exp.Paren):
+                negation = negation.parent
+            if not isinstance(negation, exp.Not):
+                node.replace(match)
+                continue
+            nulls = _some(_counted(inner, exp.Is(this=y.copy(), expression=exp.Null())))
+            unknown = exp.and_(exp.Is(this=x.copy(), expression=exp.Null()),
+                               _some(_counted(inner)))
+            negation.replace(exp.Not(this=exp.Paren(this=exp.or_(match, nulls, unknown))))
         return rel, q
 
     def _correlated(self, rel: Rel, q: exp.Select, ctes, construct: str,
@@ -1295,6 +1354,20 @@ def _inlined(body):
     if isinstance(body, (exp.Column, exp.Literal, exp.Paren)):
         return body.copy()
     return exp.Paren(this=body.copy())
+
+
+def _some(count: exp.Subquery) -> exp.Expression:
+    return exp.GT(this=count, expression=exp.Literal.number(0))
+
+
+def _counted(q: exp.Select, also=None) -> exp.Subquery:
+    """(SELECT count(*) FROM q's FROM WHERE q's WHERE [AND also])."""
+    out = q.copy()
+    out.set("expressions", [exp.Count(this=exp.Star())])
+    where = out.args.get("where")
+    conds = ([where.this] if where is not None else []) + ([also] if also is not None else [])
+    out.set("where", exp.Where(this=exp.and_(*conds)) if conds else None)
+    return exp.Subquery(this=out)
 
 
 def _parents(node):

@@ -199,6 +199,17 @@ QUERIES = {
                          OR (x IS NULL AND k NOT IN (SELECT y FROM u))""",
     "or_scalars": """SELECT k, x FROM t WHERE x > (SELECT min(y) FROM u)
                      OR x < (SELECT max(y) FROM u WHERE s = 'a')""",
+    # EXISTS and IN as values: counts kept as correlated scalar subqueries, with the two
+    # values Spark gives them there (an existence join: IN is never NULL; NOT IN is false
+    # where x or a y is NULL and the subquery has rows)
+    "in_as_value": """SELECT k, x, x IN (SELECT y FROM u WHERE u.k = t.k) AS xin,
+                      k NOT IN (SELECT y FROM u) AS kout,
+                      NOT (x IN (SELECT y FROM u WHERE u.k = t.k AND s = 'a')) AS xout,
+                      EXISTS (SELECT 1 FROM u WHERE u.k = t.k AND s = 'a') AS ex FROM t""",
+    "in_as_value_star": """SELECT *, CASE WHEN k IN (SELECT k FROM u WHERE s = 'a') THEN 'yes'
+                           ELSE 'no' END AS f FROM t""",
+    # `*` lists the query's columns, not the subquery's value kept beside them
+    "star_with_scalar": "SELECT *, (SELECT max(y) FROM u WHERE u.k = t.k) AS my FROM t",
     "in_tuple": "SELECT k, g, x FROM t WHERE (k, x) IN (SELECT k, y FROM u WHERE s = 'a')",
     "in_tuple_correlated": """SELECT k, x FROM t
                               WHERE (k, g) IN (SELECT y, s FROM u WHERE u.k = t.x)""",
@@ -462,9 +473,30 @@ def test_correlated_in_filter_and_hidden_order_keys_on_both_placements(spark, co
                                        "filter_grouped", "order_by_aggregate",
                                        "order_by_input", "having_alias", "offset",
                                        "window_partition", "or_not_exists", "in_tuple",
-                                       "boolean_global", "group_by_all_global")}
+                                       "boolean_global", "group_by_all_global",
+                                       "in_as_value", "scalar_correlated_in_select")}
     check_steps(spark, conf | (SPARK_ONLY if placement == "spark" else {}), sql_flow(queries),
                 {"t": (T, t), "u": (U, u)}, [1, 2, HORIZON], spark_sql(spark, queries))
+
+
+def test_correlated_values_in_select_grow_a_plan_linearly():
+    """Each correlated scalar subquery in a SELECT list reads the rows before it once: the
+    plan, unfolded into the tree a Spark plan is, grows by the same number of operators per
+    subquery (it grew fivefold with each, and six ran Catalyst out of heap)."""
+    def unfolded(node, memo):
+        if id(node) not in memo:
+            memo[id(node)] = 1 + sum(unfolded(c, memo) for c in node.children())
+        return memo[id(node)]
+
+    sizes = []
+    for n in range(1, 6):
+        flow = Dataflow()
+        flow.input("t", T)
+        flow.input("u", U)
+        items = ", ".join(f"(SELECT max(y) + {i} FROM u WHERE u.k = t.k) AS m{i}"
+                          for i in range(n))
+        sizes.append(unfolded(flow.sql(f"SELECT k, {items} FROM t").node, {}))
+    assert len({b - a for a, b in zip(sizes, sizes[1:])}) == 1, sizes
 
 
 def test_join_using_lists_columns_as_spark_does(spark):
@@ -607,6 +639,9 @@ def test_random_unnamed_expressions_are_named_as_spark_names_them_or_not_at_all(
      "EXISTS correlated by u.y < t.x alone"),
     ("SELECT t.k FROM t JOIN u ON t.g = u.y", r"join key t.g \(STRING\) = u.y \(BIGINT\)"),
     ("SELECT DISTINCT k FROM t ORDER BY x LIMIT 1", "ORDER BY x of SELECT DISTINCT"),
+    ("SELECT k, k IN (SELECT k FROM u) FROM t", "needs a name"),
+    ("SELECT k, EXISTS (SELECT k FROM u GROUP BY k) AS e FROM t", "as a value"),
+    ("SELECT k, 1 IN (SELECT k FROM u) AS c FROM t", "IN .* as a value"),
     ("SELECT k FROM t WHERE (k, x) NOT IN (SELECT k, y FROM u)", "NOT IN of several values"),
     ("SELECT k FROM t WHERE k IN (SELECT k, y FROM u)", "selects 2 columns for 1"),
     ("SELECT x * 2 AS y, y + 1 FROM t", r"SELECT item y \+ 1 needs a name .*earlier item"),

@@ -218,7 +218,9 @@ class Lowering:
         group = q.args.get("group")
         aggs = [a for e in q.expressions for a in _aggregates(e)]
         having = q.args.get("having")
-        if group is not None or aggs or having is not None:
+        if group is not None and _grouping_sets(group) is not None:
+            rel, items = self._grouping_sets(q, rel, group, having, ctes)
+        elif group is not None or aggs or having is not None:
             rel, items = self._aggregate(q, rel, group, having, ctes)
         else:
             rel, q = self._scalar_items(rel, q, ctes)
@@ -1012,9 +1014,6 @@ class Lowering:
             if isinstance(g, exp.Literal) and not g.is_string:  # GROUP BY 1: a SELECT item
                 g = items[int(g.this) - 1][1]
             group_exprs.append(_resolved(_grouped_by_alias(g, rel, aliases), rel))
-        if group is not None and (group.args.get("rollup") or group.args.get("cube")
-                                  or group.args.get("grouping_sets")):
-            raise refuse("ROLLUP, CUBE and GROUPING SETS")
         exprs = [_resolved(b, rel) for _, b in items]
         # a scalar subquery in HAVING stands aside (a placeholder) until the groups exist:
         # its columns and aggregates are its own, not the groups'
@@ -1100,6 +1099,50 @@ class Lowering:
             out.append((name, (_text(self._checked(e, "SELECT")),
                                expression_type(e, {k.lower(): v for k, v in all_types.items()}))))
         return Rel(result, cols), out
+
+    def _grouping_sets(self, q: exp.Select, rel: Rel, group, having, ctes):
+        """GROUP BY ROLLUP, CUBE, GROUPING SETS (or WITH ROLLUP / CUBE): one GROUP BY per set,
+        UNION ALL, as Spark's Expand: a grouping expression outside the set reads NULL
+        outside aggregates (in the SELECT list and HAVING), grouping(g) is 1 there, and
+        grouping_id() sets a bit per such expression (the first the highest). The empty set
+        groups every row into one group, which does not exist over no rows."""
+        every, sets = _grouping_sets(group)
+        types = rel.types()
+        kinds = [expression_type(_resolved(g, rel), types) for g in every]
+        for g, t in zip(every, kinds):
+            if t is None:
+                raise refuse(f"grouping expression {_text(g)} of a type unknown when the plan "
+                             f"is built", "CAST it")
+        outs, items, named = [], None, [_named(e, self.text) for e in q.expressions]
+        for chosen in sets:
+            missing = [g for g in every if not any(_same(g, c, rel) for c in chosen)]
+            bits = [int(any(_same(g, m, rel) for m in missing)) for g in every]
+
+            def swap(node):
+                if isinstance(node, exp.Grouping):
+                    (arg,) = node.expressions
+                    return exp.Literal.number(int(any(_same(arg, m, rel) for m in missing)))
+                if isinstance(node, exp.GroupingId):
+                    return exp.Literal.number(int("".join(map(str, bits)) or "0", 2))
+                if _under_aggregate(node):
+                    return node
+                for g, t in zip(every, kinds):
+                    if any(_same(g, m, rel) for m in missing) and _same(node, g, rel):
+                        return exp.Cast(this=exp.Null(), to=exp.DataType.build(t,
+                                                                               dialect="spark"))
+                return node
+            one = q.copy()  # each item named first: `k` is still named k where it is NULL
+            one.set("expressions", [exp.alias_(body.transform(swap), name, quoted=True)
+                                    for name, body in named])
+            cond = having.this.transform(swap) if having is not None else None
+            by = exp.Group(expressions=[c.copy() for c in chosen] or [exp.Literal.string("")])
+            part, part_items = self._aggregate(one, rel, by, exp.Having(this=cond)
+                                               if cond is not None else None, ctes)
+            outs.append(part.coll.map(*(f"{text} AS `{name}`"
+                                        for name, (text, _) in part_items)))
+            items = items or part_items
+        return (Rel(outs[0].concat(*outs[1:]), [Col(n, None, n, t) for n, (_, t) in items]),
+                [(n, (f"`{n}`", t)) for n, (_, t) in items])
 
     def _phantom(self, rel: Rel, exprs) -> tuple[Rel, str]:
         """A global aggregate's input, narrowed to the columns `exprs` read, plus one row of
@@ -1375,6 +1418,50 @@ def _parents(node):
     while p is not None:
         yield p
         p = p.parent
+
+
+def _grouping_sets(group) -> Optional[tuple[list, list]]:
+    """(every grouping expression, the sets) of a GROUP BY with ROLLUP, CUBE or GROUPING
+    SETS (each crossed with the plain expressions), None without any."""
+    plain, choices = [], []
+    for g in group.expressions:
+        if isinstance(g, exp.Rollup):
+            xs = list(g.expressions)
+            choices.append([xs[:i] for i in range(len(xs), -1, -1)])
+        elif isinstance(g, exp.Cube):
+            xs = list(g.expressions)
+            choices.append([[x for j, x in enumerate(xs) if mask >> (len(xs) - 1 - j) & 1]
+                            for mask in range(2 ** len(xs) - 1, -1, -1)])
+        elif isinstance(g, exp.GroupingSets):
+            choices.append([list(x.expressions) if isinstance(x, exp.Tuple) else [x]
+                            for x in g.expressions])
+        else:
+            plain.append(g)
+    if group.args.get("rollup") or group.args.get("cube"):  # GROUP BY a, b WITH ROLLUP
+        rolled = group.args.get("rollup")
+        choices.append([plain[:i] for i in range(len(plain), -1, -1)] if rolled else
+                        [[x for j, x in enumerate(plain) if mask >> (len(plain) - 1 - j) & 1]
+                         for mask in range(2 ** len(plain) - 1, -1, -1)])
+        plain = []
+    if not choices:
+        return None
+    sets = [plain]
+    for options in choices:
+        sets = [s + o for s in sets for o in options]
+    every: list = []
+    for g in plain + [x for options in choices for o in options for x in o]:
+        if not any(g == e for e in every):
+            every.append(g)
+    return every, sets
+
+
+def _same(a, b, rel: Rel) -> bool:
+    """Whether two expressions read the same columns alike (parentheses and qualifiers
+    aside)."""
+    try:
+        return _resolved(a, rel).unnest() == _resolved(b, rel).unnest()
+    except PlanError:
+        return False
 
 
 def _count(clause, what: str) -> int:

@@ -137,6 +137,9 @@ def expression_type(e: exp.Expression, types: dict[str, Optional[str]]) -> Optio
                  if x is not None and not isinstance(x, exp.Null)]
         return found[0] if found and None not in found and all(
             same_type(found[0], t) for t in found) else None
+    if isinstance(e, exp.Mod):  # integral % integral: the wider type (others unclaimed)
+        a, b = (expression_type(x, types) for x in (e.this, e.expression))
+        return max(a, b, key=INTEGRAL.index) if a in INTEGRAL and b in INTEGRAL else None
     op = _ARITHMETIC.get(type(e))
     if op is None or isinstance(e.expression, exp.Interval):
         return None

@@ -349,7 +349,7 @@ ARITHMETIC = ["p * (1 - q)", "a * 0.0001", "p / 3", "p / q", "100.00 * p / q", "
               "CASE a WHEN 1 THEN s WHEN 2 THEN 'z' END", "CASE WHEN bo THEN 1 ELSE i END",
               "CASE WHEN bo THEN CAST(p AS DECIMAL(10, 2)) ELSE p END", "p > q",
               "NOT (i = a OR bo)", "s LIKE 'a%' AND i IS NOT NULL", "i IN (1, 2)",
-              "x BETWEEN 1 AND 2", "p <=> q", "true"]
+              "x BETWEEN 1 AND 2", "p <=> q", "true", "a % 2", "i8 % i", "i % a"]
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))

@@ -179,6 +179,15 @@ QUERIES = {
     "window_partitions": """SELECT k, avg(x) OVER (PARTITION BY k % 2, g) AS a,
                             min(d) OVER (PARTITION BY k) AS md, count(x) OVER (PARTITION BY g)
                             AS cx, count_if(x > 0) OVER (PARTITION BY g) AS cp FROM t""",
+    # grouping sets: a GROUP BY per set, UNION ALL; a grouping expression outside the set is
+    # NULL outside aggregates; the empty set has no row over no rows
+    "rollup": """SELECT g, k, sum(x) AS s, grouping(g) AS gg, grouping_id() AS gid,
+                 upper(g) AS ug, count(k) AS ck FROM t GROUP BY ROLLUP(g, k)""",
+    "cube": """SELECT g, k % 2 AS p, count(*) AS n, grouping_id() AS gid FROM t
+               GROUP BY g, CUBE(k % 2)""",
+    "grouping_sets": """SELECT g, count(*) AS n, sum(d) AS sd FROM t
+                        GROUP BY GROUPING SETS ((g), (g), ()) HAVING g IS NULL OR count(*) > 1""",
+    "with_rollup": "SELECT g, k, count(*) AS n FROM t GROUP BY g, k WITH ROLLUP",
     # FILTER (WHERE c) as CASE WHEN c THEN x END inside the aggregate
     "filter_grouped": """SELECT g, count(*) FILTER (WHERE x > 0) AS np,
                          sum(d) FILTER (WHERE k = 1) AS sd, avg(x) FILTER (WHERE g IS NULL)
@@ -474,7 +483,8 @@ def test_correlated_in_filter_and_hidden_order_keys_on_both_placements(spark, co
                                        "order_by_input", "having_alias", "offset",
                                        "window_partition", "or_not_exists", "in_tuple",
                                        "boolean_global", "group_by_all_global",
-                                       "in_as_value", "scalar_correlated_in_select")}
+                                       "in_as_value", "scalar_correlated_in_select",
+                                       "rollup")}
     check_steps(spark, conf | (SPARK_ONLY if placement == "spark" else {}), sql_flow(queries),
                 {"t": (T, t), "u": (U, u)}, [1, 2, HORIZON], spark_sql(spark, queries))
 
@@ -640,6 +650,7 @@ def test_random_unnamed_expressions_are_named_as_spark_names_them_or_not_at_all(
     ("SELECT t.k FROM t JOIN u ON t.g = u.y", r"join key t.g \(STRING\) = u.y \(BIGINT\)"),
     ("SELECT DISTINCT k FROM t ORDER BY x LIMIT 1", "ORDER BY x of SELECT DISTINCT"),
     ("SELECT k, k IN (SELECT k FROM u) FROM t", "needs a name"),
+    ("SELECT count(*) AS n FROM t GROUP BY ROLLUP(abs(x))", r"ABS\(x\) of a type unknown"),
     ("SELECT k, EXISTS (SELECT k FROM u GROUP BY k) AS e FROM t", "as a value"),
     ("SELECT k, 1 IN (SELECT k FROM u) AS c FROM t", "IN .* as a value"),
     ("SELECT k FROM t WHERE (k, x) NOT IN (SELECT k, y FROM u)", "NOT IN of several values"),

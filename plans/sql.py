@@ -67,6 +67,15 @@ class Rel:
     def types(self) -> dict:
         return {c.internal.lower(): c.type for c in self.cols}
 
+    def starred(self, e) -> Optional[list[Col]]:
+        """The columns a SELECT item `*` or `t.*` stands for; None for any other item."""
+        if not (isinstance(e, exp.Star) or (isinstance(e, exp.Column)
+                                            and isinstance(e.this, exp.Star))):
+            return None
+        table = e.table.lower() if isinstance(e, exp.Column) else None
+        return [c for c in self.cols if (c.table == table if table is not None
+                                         else not c.hidden)]
+
 
 # the clauses of a SELECT beyond FROM ... WHERE (as sqlglot names them)
 _BEYOND_WHERE = ("group", "having", "limit", "offset", "order", "with_", "with", "qualify",
@@ -218,8 +227,9 @@ class Lowering:
         group = q.args.get("group")
         aggs = [a for e in q.expressions for a in _aggregates(e)]
         having = q.args.get("having")
-        if group is not None and _grouping_sets(group) is not None:
-            rel, items = self._grouping_sets(q, rel, group, having, ctes)
+        sets = _grouping_sets(group) if group is not None else None
+        if sets is not None:
+            rel, items = self._per_grouping_set(q, rel, *sets, having, ctes)
         elif group is not None or aggs or having is not None:
             rel, items = self._aggregate(q, rel, group, having, ctes)
         else:
@@ -253,12 +263,10 @@ class Lowering:
             return q, set()
         named = {}  # output name -> the item's expression (a star's: its column)
         for e in q.expressions:
-            if isinstance(e, exp.Star) or (isinstance(e, exp.Column)
-                                           and isinstance(e.this, exp.Star)):
-                table = e.table.lower() if isinstance(e, exp.Column) else None
-                for c in rel.cols:
-                    if (c.table == table if table is not None else not c.hidden):
-                        named.setdefault(c.name.lower(), exp.column(c.name))
+            starred = rel.starred(e)
+            if starred is not None:
+                for c in starred:
+                    named.setdefault(c.name.lower(), exp.column(c.name))
             elif not e.find(exp.Window):
                 name, body = _named(e, self.text)
                 named.setdefault(name.lower(), body)
@@ -696,15 +704,11 @@ class Lowering:
         aggregate grouped by its inner sides. (rel with the outer sides as columns `names`,
         names, the aggregate, (text, type) of its value there, its group columns renamed
         `names`.) Each side is CAST to the type Spark compares the pair in."""
-        casts = self._key_casts(pairs, rel, inside)
-        names = [self.fresh("corr") for _ in pairs]
-        outer = self._keyed(rel, [a for a, _ in pairs], names, [mine for mine, _ in casts])
+        outer, probe, names, casts = self._meeting(rel, inside, pairs, "corr", carried=True)
         # the magic set: only the groups some outer row asks for are aggregated (the
         # others' values are never read), so a change of the inner rows of groups no
         # outer row has (TPC-H Q17's other parts) stops at a semijoin
-        inside = Rel(self._keyed(inside, [b for _, b in pairs], names,
-                                 [theirs for _, theirs in casts]).semijoin(outer, on=names),
-                     inside.cols)
+        inside = Rel(probe.semijoin(outer, on=names), inside.cols)
         agg, items = self._aggregate(q, inside, exp.Group(expressions=[
             b.copy() for _, b in pairs]), None)
         (value,) = [item for _, item in items]
@@ -846,7 +850,7 @@ class Lowering:
     def _in(self, rel: Rel, c: exp.In, ctes) -> Rel:
         """x IN (SELECT y ...): a semijoin on x = y (a null x or y matches nothing), and on
         the subquery's correlating equalities, if any."""
-        outer, values, names = self._in_sides(rel, c, ctes)
+        outer, values, names, _ = self._in_sides(rel, c, ctes)
         return Rel(outer.semijoin(values, on=names), rel.cols)
 
     def _not_in(self, rel: Rel, c: exp.In, ctes) -> Rel:
@@ -858,7 +862,7 @@ class Lowering:
         if isinstance(c.this, exp.Tuple):
             raise refuse(f"NOT IN of several values {_text(c.this)}", "NOT EXISTS with "
                          "equalities, whose nulls are simpler")
-        outer, values, names = self._in_sides(rel, c, ctes)
+        outer, values, names, _ = self._in_sides(rel, c, ctes)
         corr, k = names[:-1], names[-1]
         cols = [f"`{col.internal}`" for col in rel.cols]
         if not corr:
@@ -874,10 +878,10 @@ class Lowering:
         return Rel(coll.map(*cols), rel.cols)
 
     def _in_sides(self, rel: Rel, c: exp.In, ctes):
-        """(rel with key columns, the subquery's rows with theirs, the key names) of x [NOT]
-        IN (subquery): its correlating equalities outer = inner, then x = y (or each of
-        (x1, x2) IN (SELECT y1, y2 ...)), the last. A plain SELECT of values may be
-        correlated in its WHERE; any other subquery is a query of its own."""
+        """_meeting's (rel with key columns, the subquery's rows with theirs, the key names,
+        the casts) of x [NOT] IN (subquery): its correlating equalities outer = inner, then
+        x = y (or each of (x1, x2) IN (SELECT y1, y2 ...)), the last. A plain SELECT of
+        values may be correlated in its WHERE; any other subquery is a query of its own."""
         q = c.args["query"].this
         probes = c.this.expressions if isinstance(c.this, exp.Tuple) else [c.this]
         if isinstance(q, exp.Select) and not any(q.args.get(k) for k in _BEYOND_WHERE) and \
@@ -896,15 +900,15 @@ class Lowering:
 
     def _meeting(self, rel: Rel, inside: Rel, pairs, hint: str, carried: bool = False):
         """(rel with a key column per pair outer = inner, inside with its side of each pair
-        under the same names (and its own columns where `carried`), the names), each side
-        CAST to the type Spark compares the pair in."""
+        under the same names (and its own columns where `carried`), the names, the casts),
+        each side CAST to the type Spark compares the pair in (_key_casts)."""
         names = [self.fresh(hint) for _ in pairs]
         casts = self._key_casts(pairs, rel, inside)
         outer = self._keyed(rel, [a for a, _ in pairs], names, [mine for mine, _ in casts])
         probe = inside.coll.map(*(f"{_cast(self._expr(b, inside, 'a subquery'), t)} AS `{n}`"
                                   for (_, b), n, (_, t) in zip(pairs, names, casts)),
                                 *(f"`{c.internal}`" for c in (inside.cols if carried else [])))
-        return outer, probe, names
+        return outer, probe, names, casts
 
     def _exists(self, rel: Rel, q, ctes, negated: bool) -> Rel:
         """[NOT] EXISTS (SELECT ... FROM ... WHERE outer = inner AND ...): a semijoin
@@ -922,7 +926,7 @@ class Lowering:
             op = outer.antijoin if negated else outer.semijoin
             return Rel(op(inside.coll.map(f"1 AS `{one}`"), on=[one]).map(*cols), rel.cols)
         # the mixed predicates read the inside's columns after the join
-        outer, probe, names = self._meeting(rel, inside, keys, "ex", carried=bool(mixed))
+        outer, probe, names, _ = self._meeting(rel, inside, keys, "ex", carried=bool(mixed))
         if mixed:
             outer, probe, names = self._mixed(rel, inside, outer, probe, names, mixed)
         op = outer.antijoin if negated else outer.semijoin
@@ -976,11 +980,8 @@ class Lowering:
         """(output name, (text, type)) per SELECT item, stars expanded."""
         out = []
         for e in q.expressions:
-            if isinstance(e, exp.Star) or (isinstance(e, exp.Column)
-                                           and isinstance(e.this, exp.Star)):
-                table = e.table.lower() if isinstance(e, exp.Column) else None
-                cols = [c for c in rel.cols if (c.table == table if table is not None
-                                                else not c.hidden)]
+            cols = rel.starred(e)
+            if cols is not None:
                 if not cols:
                     raise PlanError(f"sql: {_text(e)} matches no columns")
                 out += [(c.name, (f"`{c.internal}`", c.type)) for c in cols]
@@ -1100,13 +1101,14 @@ class Lowering:
                                expression_type(e, {k.lower(): v for k, v in all_types.items()}))))
         return Rel(result, cols), out
 
-    def _grouping_sets(self, q: exp.Select, rel: Rel, group, having, ctes):
+    def _per_grouping_set(self, q: exp.Select, rel: Rel, every: list, sets: list, having,
+                          ctes):
         """GROUP BY ROLLUP, CUBE, GROUPING SETS (or WITH ROLLUP / CUBE): one GROUP BY per set,
         UNION ALL, as Spark's Expand: a grouping expression outside the set reads NULL
         outside aggregates (in the SELECT list and HAVING), grouping(g) is 1 there, and
         grouping_id() sets a bit per such expression (the first the highest). The empty set
-        groups every row into one group, which does not exist over no rows."""
-        every, sets = _grouping_sets(group)
+        groups every row into one group, which does not exist over no rows. `every`: the
+        distinct grouping expressions; `sets`: lists of them (_grouping_sets)."""
         types = rel.types()
         kinds = [expression_type(_resolved(g, rel), types) for g in every]
         for g, t in zip(every, kinds):
@@ -1115,19 +1117,19 @@ class Lowering:
                              f"is built", "CAST it")
         outs, items, named = [], None, [_named(e, self.text) for e in q.expressions]
         for chosen in sets:
-            missing = [g for g in every if not any(_same(g, c, rel) for c in chosen)]
-            bits = [int(any(_same(g, m, rel) for m in missing)) for g in every]
+            bits = [int(not any(_same(g, c, rel) for c in chosen)) for g in every]
+            missing = [(g, t) for g, t, bit in zip(every, kinds, bits) if bit]
 
             def swap(node):
                 if isinstance(node, exp.Grouping):
                     (arg,) = node.expressions
-                    return exp.Literal.number(int(any(_same(arg, m, rel) for m in missing)))
+                    return exp.Literal.number(int(any(_same(arg, g, rel) for g, _ in missing)))
                 if isinstance(node, exp.GroupingId):
                     return exp.Literal.number(int("".join(map(str, bits)) or "0", 2))
                 if _under_aggregate(node):
                     return node
-                for g, t in zip(every, kinds):
-                    if any(_same(g, m, rel) for m in missing) and _same(node, g, rel):
+                for g, t in missing:
+                    if _same(node, g, rel):
                         return exp.Cast(this=exp.Null(), to=exp.DataType.build(t,
                                                                                dialect="spark"))
                 return node
@@ -1374,8 +1376,7 @@ def _lateral(q: exp.Select, rel: Rel) -> exp.Select:
     node (`(lateralAliasReference(y) + 1)`)."""
     q, earlier = q.copy(), {}
     for e in list(q.expressions):
-        if isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this,
-                                                                                exp.Star)):
+        if rel.starred(e) is not None:
             continue
         body = e.this if isinstance(e, exp.Alias) else e
         read = body.transform(lambda n: _inlined(earlier[n.name.lower()]) if (

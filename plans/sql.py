@@ -95,7 +95,7 @@ class Lowering:
         self.mentioned = _mentioned(statement)
         self.n = 0
         self.used: set = set()  # ids of WHERE conjuncts already applied
-        self.ranked: dict = {}  # id of a derived table's SELECT -> (its row_number, k)
+        self.ranked: dict = {}  # id of a derived table's SELECT -> (its ranking window, k)
 
     def fresh(self, hint: str) -> str:
         self.n += 1
@@ -208,7 +208,7 @@ class Lowering:
             if q.args.get(key):
                 raise refuse(key.upper())
         ranked = self.ranked.pop(id(q), None)
-        if ranked is not None:  # drop the row_number item; its rank was the outer filter
+        if ranked is not None:  # drop the ranking item; its rank was the outer filter
             q = q.copy()
             q.set("expressions", [e for e in q.expressions if not e.find(exp.Window)])
         self._rank_source(q)
@@ -221,8 +221,8 @@ class Lowering:
         q, hidden = self._order_items(q, rel)
         if ranked is not None:
             if q.args.get("group") or any(_aggregates(e) for e in q.expressions):
-                raise refuse("row_number() over grouped rows", "rank the rows of a derived "
-                             "table without GROUP BY")
+                raise refuse(f"{_text(ranked[0].this)} over grouped rows",
+                             "rank the rows of a derived table without GROUP BY")
             rel = self._ranked(rel, *ranked)
         group = q.args.get("group")
         aggs = [a for e in q.expressions for a in _aggregates(e)]
@@ -318,6 +318,10 @@ class Lowering:
     def _order(self, order, rel: Rel) -> str:
         """top_k's order_by text of an ORDER BY (Spark's null order made explicit);
         ORDER BY ALL is every output column in turn, unless one is named `all`."""
+        return ", ".join(f"{text} {way}" for text, way in self._order_keys(order, rel))
+
+    def _order_keys(self, order, rel: Rel) -> list[tuple[str, str]]:
+        """An ORDER BY's keys: (expression over `rel`, its direction and null order)."""
         keys, items = [], order.expressions
         if any(isinstance(o.this, exp.Var) for o in items):
             if len(items) > 1 or items[0].this.name.upper() != "ALL":
@@ -335,14 +339,15 @@ class Lowering:
             if isinstance(e, exp.Literal) and not e.is_string:  # ORDER BY 2: a column
                 e = exp.column(rel.cols[int(e.this) - 1].internal, quoted=True)
             text = self._expr(e, rel, "ORDER BY")
-            keys.append(f"{text} {'DESC' if o.args.get('desc') else 'ASC'} NULLS "
-                        f"{'FIRST' if o.args.get('nulls_first') else 'LAST'}")
-        return ", ".join(keys)
+            keys.append((text, f"{'DESC' if o.args.get('desc') else 'ASC'} NULLS "
+                               f"{'FIRST' if o.args.get('nulls_first') else 'LAST'}"))
+        return keys
 
     def _rank_source(self, q: exp.Select) -> None:
         """FROM (SELECT ..., row_number() OVER (PARTITION BY p ORDER BY o) AS rn ...) AS s
-        WHERE rn <= k: noted for the derived table's lowering as top_k per p (its WHERE
-        conjunct marked applied); rn may be used nowhere else."""
+        WHERE rn <= k, or rank() or dense_rank() in its place: noted for the derived table's
+        lowering by top_k per p (`_ranked`; its WHERE conjunct marked applied); rn may be
+        used nowhere else."""
         source = q.args.get("from_") or q.args.get("from")
         item = source.this if source is not None else None
         if not (isinstance(item, exp.Subquery) and isinstance(item.this, exp.Select)):
@@ -352,9 +357,10 @@ class Lowering:
         if not windows or where is None:
             return
         w = windows[0]
-        if len(windows) > 1 or not (isinstance(w, exp.Alias) and _row_number(w.this)):
-            raise refuse(f"window function {_text(w)}", "only row_number() OVER (PARTITION "
-                         "BY ... ORDER BY ...) AS rn, filtered by rn <= k outside")
+        if len(windows) > 1 or not (isinstance(w, exp.Alias) and _ranking(w.this)):
+            raise refuse(f"window function {_text(w)}", "only row_number(), rank() or "
+                         "dense_rank() OVER (PARTITION BY ... ORDER BY ...) AS rn, filtered "
+                         "by rn <= k outside")
         rn = w.alias.lower()
         limits = [(c, _rank_limit(c, rn)) for c in _conjuncts(where.this)]
         limits = [(c, k) for c, k in limits if k is not None]
@@ -362,8 +368,9 @@ class Lowering:
         if any(e.find(exp.Star) for e in q.expressions):
             uses.append("*")
         if len(limits) != 1 or len(uses) != 1:
-            raise refuse(f"row_number() AS {w.alias} used other than once, as {w.alias} <= k "
-                         f"in the outer WHERE", "its value is not kept; only the first k rows")
+            raise refuse(f"{_text(w.this.this)} AS {w.alias} used other than once, as "
+                         f"{w.alias} <= k in the outer WHERE",
+                         "its value is not kept; only the rows ranked at most k")
         self.ranked[id(item.this)] = (w.this, limits[0][1])
         self.used.add(id(limits[0][0]))
 
@@ -423,11 +430,43 @@ class Lowering:
         return rel, q
 
     def _ranked(self, rel: Rel, window, k: int) -> Rel:
-        """The first k rows per partition by the window's order (ties by the record)."""
-        parts = [self.fresh("p") for _ in window.args.get("partition_by") or []]
-        keyed = self._keyed(rel, window.args.get("partition_by") or [], parts)
-        coll = keyed.top_k(k, order_by=self._order(window.args["order"], rel), by=parts)
-        return Rel(coll, rel.cols)
+        """The rows ranked at most k in their partition by the window's order.
+        row_number: the first k rows (ties by the record), top_k per partition. rank: the
+        rows tied (equal partition and order values) with one of those k, as a row ranks
+        at most k exactly when fewer than k rows come strictly before it, and then the
+        first k hold a row of its values. dense_rank: the rows of the first k distinct
+        order values per partition. Ties are told by one JSON value of the partition and
+        order values (NULLs equal, as in Spark's windows), a semijoin's key."""
+        partition = window.args.get("partition_by") or []
+        parts = [self.fresh("p") for _ in partition]
+        keyed = self._keyed(rel, partition, parts)
+        keys = self._order_keys(window.args["order"], rel)
+        order = ", ".join(f"{text} {way}" for text, way in keys)
+        if isinstance(window.this, exp.RowNumber):
+            return Rel(keyed.top_k(k, order_by=order, by=parts), rel.cols)
+        tie, cols = self.fresh("tie"), [f"`{c.internal}`" for c in rel.cols]
+        kinds = [self._tie_type(e, rel, window.this) for e in
+                 [*partition, *(o.this for o in window.args["order"].expressions)]]
+        key = _tie_key([f"`{p}`" for p in parts] + [text for text, _ in keys], kinds)
+        if isinstance(window.this, exp.Rank):
+            first = keyed.top_k(k, order_by=order, by=parts).map(f"{key} AS `{tie}`")
+        else:  # dense_rank
+            names = [self.fresh("o") for _ in keys]
+            distinct = keyed.map(*(f"`{p}`" for p in parts), *(
+                f"{text} AS `{n}`" for (text, _), n in zip(keys, names))).distinct()
+            order = ", ".join(f"`{n}` {way}" for n, (_, way) in zip(names, keys))
+            first = distinct.top_k(k, order_by=order, by=parts).map(
+                f"{_tie_key([f'`{v}`' for v in parts + names], kinds)} AS `{tie}`")
+        tagged = keyed.map(*cols, f"{key} AS `{tie}`")
+        return Rel(tagged.semijoin(first, on=[tie]).map(*cols), rel.cols)
+
+    def _tie_type(self, e, rel: Rel, ranking) -> str:
+        """The type of a value that tells a rank's ties (`_tie_key`), which must be known."""
+        kind = expression_type(_resolved(e, rel), rel.types())
+        if kind is None:
+            raise refuse(f"{_text(ranking)} over {_text(e)}, of a type not known here",
+                         f"CAST({_text(e)} AS type)")
+        return kind
 
     # ------------------------------------------------------------------ FROM and joins
     def _from(self, q: exp.Select, ctes) -> Rel:
@@ -533,13 +572,19 @@ class Lowering:
         return Rel(coll, merged + rest + hidden)
 
     def _join(self, left: Rel, right: Rel, conds: list, how: str) -> Rel:
+        """`left` joined with `right` on `conds`: equalities between the sides are the
+        keys, the rest filters. An inner join without an equality (a cross join, or one
+        on other conditions only) is keyed by a constant: each row meets every row of the
+        other side, and a step costs its changes times the other side's rows."""
         keys, rest = [], []
         for c in conds:
             pair = self._key_pair(c, left, right)
             (keys if pair else rest).append(pair or c)
+        if not keys and how == "inner":
+            keys = [(exp.Literal.number(1), exp.Literal.number(1))]
         if not keys:
             raise refuse(f"a join without an equality between its sides ({how.upper()} JOIN)",
-                         "joins are equi-joins")
+                         "outer joins are equi-joins")
         if how != "inner":
             # a predicate on the side that may be padded filters it before the join
             pad = {"left": right, "right": left}.get(how)
@@ -619,8 +664,8 @@ class Lowering:
                     self.used.update(id(c) for c in links)
                     del rest[i]
                     break
-            else:
-                raise refuse("a cross join (FROM a, b without an equality joining them)")
+            else:  # nothing links: a cross join with the next
+                rel = self._join(rel, rest.pop(0), [], "inner")
         return rel
 
     def _pushed(self, rel: Rel, conds) -> Rel:
@@ -971,7 +1016,7 @@ class Lowering:
         for node in e.walk():  # rand() was refused by _checked_statement
             if isinstance(node, exp.AggFunc):  # subqueries were refused by _resolved
                 raise refuse(f"aggregate {_text(node)} in {where}")
-            if isinstance(node, exp.Window):  # a row_number outside _rank_source's form
+            if isinstance(node, exp.Window):  # a ranking outside _rank_source's form
                 raise refuse(f"window function {_text(node)} in {where}", "row_number() "
                              "AS rn in a derived table filtered by rn <= k outside")
         return e
@@ -1673,9 +1718,10 @@ def _mentioned(statement) -> Optional[set]:
     return {i.name.lower() for i in statement.find_all(exp.Identifier)}
 
 
-def _row_number(w) -> bool:
-    """row_number() OVER (ORDER BY ...) with the default frame, optionally partitioned."""
-    return isinstance(w, exp.Window) and isinstance(w.this, exp.RowNumber) and \
+def _ranking(w) -> bool:
+    """row_number(), rank() or dense_rank() OVER (ORDER BY ...) with the default frame,
+    optionally partitioned."""
+    return isinstance(w, exp.Window) and isinstance(w.this, _RANKINGS) and \
         w.args.get("order") is not None and not w.args.get("spec")
 
 
@@ -1694,6 +1740,16 @@ def _rank_limit(c, rn: str) -> Optional[int]:
     return k if k >= 1 else None
 
 
+_RANKINGS = (exp.RowNumber, exp.Rank, exp.DenseRank)
+
+
+def _tie_key(values: list[str], kinds: list[str]) -> str:
+    """One STRING per tuple of `values` (SQL texts of types `kinds`) that two tuples share
+    exactly when Spark's window ranks them as ties: JSON, in which a NULL field is left
+    out; a floating -0.0 is 0.0 first, as Spark orders them equal."""
+    fields = [f"({v}) + CAST(0 AS DOUBLE)" if k.upper() in ("DOUBLE", "FLOAT") else v
+              for v, k in zip(values, kinds)]
+    return "to_json(struct({}))".format(", ".join(f"{v} AS v{i}" for i, v in enumerate(fields)))
 _WINDOWS = ("an aggregate OVER (PARTITION BY ...) of the whole partition, and row_number() "
             "OVER (PARTITION BY ... ORDER BY ...) AS rn in a derived table filtered by "
             "rn <= k outside")
@@ -1710,7 +1766,7 @@ def _checked_statement(s):
     """Refuse windows and non-deterministic functions as written (before renaming)."""
     for node in s.walk():
         if isinstance(node, exp.Window) and not _whole_partition(node) and not (
-                _row_number(node) and isinstance(node.parent, exp.Alias)):
+                _ranking(node) and isinstance(node.parent, exp.Alias)):
             raise refuse(f"window function {_text(node)}", _WINDOWS)
         if isinstance(node, _NON_DETERMINISTIC_NODES) or (
                 isinstance(node, exp.Func) and _func_name(node) in NON_DETERMINISTIC):

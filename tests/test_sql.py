@@ -97,6 +97,16 @@ QUERIES = {
     "scalar_count": "SELECT k, g FROM t WHERE k < 1 + (SELECT count(*) FROM u WHERE y > 1)",
     "row_number": """SELECT g, k, x FROM (SELECT k, g, x, d, row_number() OVER (PARTITION BY g
                      ORDER BY x DESC, k, d) AS rn FROM t) AS s WHERE rn <= 2 AND k > 0""",
+    # inner joins without an equality: every pair, then the conditions
+    "cross_join": "SELECT t.k, g, u.y FROM t, u WHERE x < y OR u.k IS NULL",
+    "theta_join": "SELECT t.k, s FROM t JOIN u ON t.x >= u.y AND d > 0",
+    "cross_join_derived": """SELECT g, m FROM t CROSS JOIN (SELECT max(y) AS m FROM u) AS v
+                             WHERE x IS NOT NULL""",
+    # rank and dense_rank keep ties (NULL partitions and order values tie as in Spark)
+    "rank": """SELECT g, k, x FROM (SELECT k, g, x, rank() OVER (PARTITION BY g
+               ORDER BY x DESC, d) AS r FROM t) AS s WHERE r <= 2""",
+    "dense_rank": """SELECT k, x, d FROM (SELECT k, x, d, dense_rank() OVER (PARTITION BY k
+                     ORDER BY x + 1 NULLS FIRST) AS r FROM t) AS s WHERE 2 >= r""",
     "global": """SELECT sum(x) AS sx, count(*) AS n, count(x) AS nx, avg(d) AS ad, min(g) AS mg,
                  max(x) AS mx, sum(d) AS sd, count(DISTINCT x) AS dx, avg(x) AS ax
                  FROM t WHERE k > 0""",
@@ -256,6 +266,10 @@ TYPED = {
     # keys of two types (BIGINT = INT) cast to the common one; the NULL-padded anti pattern
     "anti_by_left_join": """SELECT a.k, a.i FROM v a LEFT JOIN v b ON a.k = b.i
                             WHERE b.k IS NULL""",
+    "rank_typed": """SELECT k, s, f, ts FROM (SELECT k, s, f, ts, rank() OVER (PARTITION BY s,
+                     d ORDER BY f, ts DESC) AS r FROM v) AS x WHERE r < 2""",
+    "dense_rank_typed": """SELECT k, m, b FROM (SELECT k, m, b, dense_rank() OVER (PARTITION BY
+                           b ORDER BY m DESC NULLS LAST) AS r FROM v) AS x WHERE r <= 2""",
 }
 
 
@@ -484,9 +498,32 @@ def test_correlated_in_filter_and_hidden_order_keys_on_both_placements(spark, co
                                        "window_partition", "or_not_exists", "in_tuple",
                                        "boolean_global", "group_by_all_global",
                                        "in_as_value", "scalar_correlated_in_select",
-                                       "rollup")}
+                                       "rollup", "cross_join", "theta_join", "rank",
+                                       "dense_rank")}
     check_steps(spark, conf | (SPARK_ONLY if placement == "spark" else {}), sql_flow(queries),
                 {"t": (T, t), "u": (U, u)}, [1, 2, HORIZON], spark_sql(spark, queries))
+
+
+@pytest.mark.parametrize("placement", ["driver", "spark"])
+def test_rank_ties_floating_zeros_and_nulls_on_both_placements(spark, conf, placement):
+    """rank() and dense_rank() <= k over DOUBLE values where -0.0 and 0.0 tie (Spark orders
+    them equal), NULL partitions and order values, ties entering and leaving the first k."""
+    schema = "k BIGINT, p STRING, f DOUBLE"
+    rows = [((1, "a", -0.0), 0, 1), ((2, "a", 0.0), 0, 1), ((3, "a", 1.5), 0, 1),
+            ((4, None, None), 0, 1), ((5, None, None), 1, 1), ((6, None, 2.0), 1, 1),
+            ((7, "a", -1.0), 1, 1), ((7, "a", -1.0), 2, -1), ((8, "a", 1.5), 2, 1),
+            ((9, None, 2.0), 2, 1), ((1, "a", -0.0), 2, -1)]
+    queries = {
+        "ranked": """SELECT k, p, f FROM (SELECT k, p, f, rank() OVER (PARTITION BY p
+                     ORDER BY f) AS r FROM w) AS s WHERE r <= 2""",
+        "dense": """SELECT k, f FROM (SELECT k, f, dense_rank() OVER (ORDER BY f DESC) AS r
+                    FROM w) AS s WHERE r <= 3"""}
+    flow = Dataflow()
+    flow.input("w", schema)
+    for name, text in queries.items():
+        flow.output(name, flow.sql(text))
+    check_steps(spark, conf | (SPARK_ONLY if placement == "spark" else {}), flow,
+                {"w": (schema, rows)}, [1, 2, HORIZON], spark_sql(spark, queries))
 
 
 def test_correlated_values_in_select_grow_a_plan_linearly():
@@ -598,8 +635,12 @@ def test_random_unnamed_expressions_are_named_as_spark_names_them_or_not_at_all(
     ("SELECT g, sum(sum(x)) OVER () AS s FROM t GROUP BY g", "over grouped rows"),
     ("SELECT k, count(DISTINCT x) OVER (PARTITION BY g) AS s FROM t", "window function"),
     ("SELECT k, max(x) OVER w AS m FROM t WINDOW w AS (PARTITION BY g)", "window function"),
-    ("SELECT k FROM (SELECT k, rank() OVER (ORDER BY x) AS r FROM t) AS s WHERE r <= 2",
-     "window function"),
+    ("SELECT k FROM (SELECT k, percent_rank() OVER (ORDER BY x) AS r FROM t) AS s "
+     "WHERE r <= 0.5", "window function"),
+    ("SELECT k FROM (SELECT k, rank() OVER (ORDER BY abs(x)) AS r FROM t) AS s WHERE r <= 2",
+     "of a type not known here"),
+    ("SELECT k, r FROM (SELECT k, dense_rank() OVER (ORDER BY x) AS r FROM t) AS s "
+     "WHERE r <= 2", r"DENSE_RANK\(\) AS r used other than once"),
     ("SELECT * FROM (SELECT k, row_number() OVER (ORDER BY x) AS rn FROM t) AS s "
      "WHERE rn <= 2", "used other than once"),
     ("SELECT k, rn FROM (SELECT k, row_number() OVER (ORDER BY x) AS rn FROM t) AS s "
@@ -616,7 +657,8 @@ def test_random_unnamed_expressions_are_named_as_spark_names_them_or_not_at_all(
     ("SELECT k FROM nowhere", "unknown table 'nowhere'"),
     ("SELECT k FROM t JOIN u ON t.k = u.k", "ambiguous"),
     ("SELECT * FROM t JOIN u USING (y)", "USING column 'y' is missing from the left side"),
-    ("SELECT t.k FROM t, u", "cross join"),
+    ("SELECT t.k FROM t LEFT JOIN u ON t.x < u.y", r"a join without an equality between its "
+     r"sides \(LEFT JOIN\)"),
     ("SELECT t.k FROM t LEFT JOIN u ON t.k = u.k AND x > 0", "LEFT JOIN condition"),
     ("SELECT g, x FROM t GROUP BY g", "neither grouped nor aggregated"),
     ("SELECT k FROM t INTERSECT SELECT k, y FROM u", "INTERSECT of 1 and 2 columns"),

@@ -318,7 +318,7 @@ class Lowering:
     def _order(self, order, rel: Rel) -> str:
         """top_k's order_by text of an ORDER BY (Spark's null order made explicit);
         ORDER BY ALL is every output column in turn, unless one is named `all`."""
-        return ", ".join(f"{text} {way}" for text, way in self._order_keys(order, rel))
+        return _order_text(self._order_keys(order, rel))
 
     def _order_keys(self, order, rel: Rel) -> list[tuple[str, str]]:
         """An ORDER BY's keys: (expression over `rel`, its direction and null order)."""
@@ -441,7 +441,7 @@ class Lowering:
         parts = [self.fresh("p") for _ in partition]
         keyed = self._keyed(rel, partition, parts)
         keys = self._order_keys(window.args["order"], rel)
-        order = ", ".join(f"{text} {way}" for text, way in keys)
+        order = _order_text(keys)
         if isinstance(window.this, exp.RowNumber):
             return Rel(keyed.top_k(k, order_by=order, by=parts), rel.cols)
         tie, cols = self.fresh("tie"), [f"`{c.internal}`" for c in rel.cols]
@@ -454,7 +454,7 @@ class Lowering:
             names = [self.fresh("o") for _ in keys]
             distinct = keyed.map(*(f"`{p}`" for p in parts), *(
                 f"{text} AS `{n}`" for (text, _), n in zip(keys, names))).distinct()
-            order = ", ".join(f"`{n}` {way}" for n, (_, way) in zip(names, keys))
+            order = _order_text([(f"`{n}`", way) for n, (_, way) in zip(names, keys)])
             first = distinct.top_k(k, order_by=order, by=parts).map(
                 f"{_tie_key([f'`{v}`' for v in parts + names], kinds)} AS `{tie}`")
         tagged = keyed.map(*cols, f"{key} AS `{tie}`")
@@ -1017,8 +1017,9 @@ class Lowering:
             if isinstance(node, exp.AggFunc):  # subqueries were refused by _resolved
                 raise refuse(f"aggregate {_text(node)} in {where}")
             if isinstance(node, exp.Window):  # a ranking outside _rank_source's form
-                raise refuse(f"window function {_text(node)} in {where}", "row_number() "
-                             "AS rn in a derived table filtered by rn <= k outside")
+                raise refuse(f"window function {_text(node)} in {where}", "row_number(), "
+                             "rank() or dense_rank() AS rn in a derived table filtered by "
+                             "rn <= k outside")
         return e
 
     def _items(self, q: exp.Select, rel: Rel) -> list:
@@ -1750,9 +1751,16 @@ def _tie_key(values: list[str], kinds: list[str]) -> str:
     fields = [f"({v}) + CAST(0 AS DOUBLE)" if k.upper() in ("DOUBLE", "FLOAT") else v
               for v, k in zip(values, kinds)]
     return "to_json(struct({}))".format(", ".join(f"{v} AS v{i}" for i, v in enumerate(fields)))
-_WINDOWS = ("an aggregate OVER (PARTITION BY ...) of the whole partition, and row_number() "
-            "OVER (PARTITION BY ... ORDER BY ...) AS rn in a derived table filtered by "
-            "rn <= k outside")
+
+
+def _order_text(keys: list[tuple[str, str]]) -> str:
+    """top_k's order_by text of (expression, direction and null order) keys."""
+    return ", ".join(f"{text} {way}" for text, way in keys)
+
+
+_WINDOWS = ("an aggregate OVER (PARTITION BY ...) of the whole partition, and row_number(), "
+            "rank() or dense_rank() OVER (PARTITION BY ... ORDER BY ...) AS rn in a derived "
+            "table filtered by rn <= k outside")
 
 
 def _whole_partition(w: exp.Window) -> bool:

@@ -407,9 +407,10 @@ class Lowering:
         values: dict = {}  # id(window) -> its value's column
         for parts, ws in partitions:
             key = self.fresh("window")
-            fields = ", ".join(f"{self._expr(p, rel, 'PARTITION BY')} AS p{i}"
-                               for i, p in enumerate(parts))
-            keyed = Rel(rel.coll.map(*cols, f"to_json(struct({fields})) AS `{key}`" if parts
+            partition = _tie_key([self._expr(p, rel, "PARTITION BY") for p in parts],
+                                 [expression_type(_resolved(p, rel), rel.types())
+                                  for p in parts])
+            keyed = Rel(rel.coll.map(*cols, f"{partition} AS `{key}`" if parts
                                      else f"'' AS `{key}`"),
                         rel.cols + [Col(key, None, key, "STRING")])
             names = [self.fresh("over") for _ in ws]
@@ -1744,11 +1745,11 @@ def _rank_limit(c, rn: str) -> Optional[int]:
 _RANKINGS = (exp.RowNumber, exp.Rank, exp.DenseRank)
 
 
-def _tie_key(values: list[str], kinds: list[str]) -> str:
+def _tie_key(values: list[str], kinds: list[Optional[str]]) -> str:
     """One STRING per tuple of `values` (SQL texts of types `kinds`) that two tuples share
-    exactly when Spark's window ranks them as ties: JSON, in which a NULL field is left
-    out; a floating -0.0 is 0.0 first, as Spark orders them equal."""
-    fields = [f"({v}) + CAST(0 AS DOUBLE)" if k.upper() in ("DOUBLE", "FLOAT") else v
+    exactly when Spark's window ranks or partitions them together: JSON, in which a NULL
+    field is left out; a floating -0.0 is 0.0 first, as Spark holds them equal."""
+    fields = [f"({v}) + CAST(0 AS DOUBLE)" if k and k.upper() in ("DOUBLE", "FLOAT") else v
               for v, k in zip(values, kinds)]
     return "to_json(struct({}))".format(", ".join(f"{v} AS v{i}" for i, v in enumerate(fields)))
 

@@ -507,7 +507,8 @@ def test_correlated_in_filter_and_hidden_order_keys_on_both_placements(spark, co
 @pytest.mark.parametrize("placement", ["driver", "spark"])
 def test_rank_ties_floating_zeros_and_nulls_on_both_placements(spark, conf, placement):
     """rank() and dense_rank() <= k over DOUBLE values where -0.0 and 0.0 tie (Spark orders
-    them equal), NULL partitions and order values, ties entering and leaving the first k."""
+    them equal), NULL partitions and order values, ties entering and leaving the first k;
+    a whole-partition window over such values (-0.0 and 0.0 are one partition)."""
     schema = "k BIGINT, p STRING, f DOUBLE"
     rows = [((1, "a", -0.0), 0, 1), ((2, "a", 0.0), 0, 1), ((3, "a", 1.5), 0, 1),
             ((4, None, None), 0, 1), ((5, None, None), 1, 1), ((6, None, 2.0), 1, 1),
@@ -517,7 +518,8 @@ def test_rank_ties_floating_zeros_and_nulls_on_both_placements(spark, conf, plac
         "ranked": """SELECT k, p, f FROM (SELECT k, p, f, rank() OVER (PARTITION BY p
                      ORDER BY f) AS r FROM w) AS s WHERE r <= 2""",
         "dense": """SELECT k, f FROM (SELECT k, f, dense_rank() OVER (ORDER BY f DESC) AS r
-                    FROM w) AS s WHERE r <= 3"""}
+                    FROM w) AS s WHERE r <= 3""",
+        "partitioned": "SELECT k, count(*) OVER (PARTITION BY p, f) AS n FROM w"}
     flow = Dataflow()
     flow.input("w", schema)
     for name, text in queries.items():

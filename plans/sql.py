@@ -1003,7 +1003,7 @@ class Lowering:
         tag = self.fresh("tag")
         own, keys = [f"`{c.internal}`" for c in rel.cols], [f"`{n}`" for n in names]
         carried = [f"`{n}`" for _, n in seen.values()]
-        tagged = f"to_json(struct({', '.join(carried)})) AS `{tag}`"
+        tagged = f"{_tie_key(carried, [c.type for c, _ in seen.values()])} AS `{tag}`"
         outer = outer.map(*own, *keys, *(f"`{c.internal}` AS `{n}`" for c, n in seen.values()))
         pairs = outer.map(*keys, *carried).distinct().join(probe, on=names).filter(cond)
         return outer.map(*own, *keys, tagged), pairs.map(*keys, tagged), names + [tag]
@@ -1054,7 +1054,7 @@ class Lowering:
         aliases = {}  # a SELECT item's name -> its expression, first of a name
         for name, body in items:
             aliases.setdefault(name.lower(), body)
-        group_exprs = []
+        group_exprs, shown = [], []  # resolved, and as the query spells them
         groups = group.expressions if group is not None else []
         if group is not None and group.args.get("all"):  # GROUP BY ALL: the items without
             groups = [b for _, b in items if not _aggregates(b)]  # aggregates (none: global)
@@ -1062,6 +1062,7 @@ class Lowering:
             if isinstance(g, exp.Literal) and not g.is_string:  # GROUP BY 1: a SELECT item
                 g = items[int(g.this) - 1][1]
             group_exprs.append(_resolved(_grouped_by_alias(g, rel, aliases), rel))
+            shown.append(_text(g))
         exprs = [_resolved(b, rel) for _, b in items]
         # a scalar subquery in HAVING stands aside (a placeholder) until the groups exist:
         # its columns and aggregates are its own, not the groups'
@@ -1093,11 +1094,15 @@ class Lowering:
                     and not isinstance(a, (exp.Min, exp.Max))]
         plain = [(a, n) for a, n in zip(aggs, names) if (a, n) not in distinct]
         key = self.fresh("key") if bool(plain) + len(distinct) > 1 else None
+        unknown = next((g for g, t in zip(shown, gtypes) if t is None), None)
+        if key and unknown is not None:  # _tie_key makes a floating -0.0 0.0, if it knows
+            raise refuse(f"GROUP BY {unknown}, of a type not known here, with a DISTINCT "
+                         f"aggregate beside others", f"CAST({unknown} AS type)")
         base = rel.coll.map(*(f"{_text(self._checked(g, 'GROUP BY'))} AS `{n}`"
                               for g, n in zip(group_exprs, gnames)),
                             *(f"`{c.internal}`" for c in rel.cols),
                             *([f"`{phantom}`"] if phantom else []),
-                            *([f"to_json(struct({', '.join(f'`{n}`' for n in gnames)})) "
+                            *([f"{_tie_key([f'`{n}`' for n in gnames], gtypes)} "
                                f"AS `{key}`" if gnames else f"'' AS `{key}`"] if key else []))
         outs = []
         if plain:

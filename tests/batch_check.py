@@ -40,8 +40,11 @@ NAN = float("nan")  # one object: dict keys find it (NaN != NaN, but `is` holds)
 
 def _plain(rec):
     """Doubles rounded to 9 digits: Spark's batch sums in another order than a trace does;
-    every NaN as one object, so that its record's updates meet in one key."""
-    return tuple((NAN if v != v else round(v, 9)) if isinstance(v, float) else v for v in rec)
+    every NaN as one object, so that its record's updates meet in one key; -0.0 as 0.0 (they
+    are one value to Spark, and which of them a group shows depends on the order it met
+    them in), so that sorting by repr cannot part them."""
+    return tuple((NAN if v != v else round(v, 9) + 0.0) if isinstance(v, float) else v
+                 for v in rec)
 
 
 def batch_frames(spark, inputs: dict, at: int) -> dict:

@@ -508,7 +508,9 @@ def test_correlated_in_filter_and_hidden_order_keys_on_both_placements(spark, co
 def test_rank_ties_floating_zeros_and_nulls_on_both_placements(spark, conf, placement):
     """rank() and dense_rank() <= k over DOUBLE values where -0.0 and 0.0 tie (Spark orders
     them equal), NULL partitions and order values, ties entering and leaving the first k;
-    a whole-partition window over such values (-0.0 and 0.0 are one partition)."""
+    a whole-partition window over such values (-0.0 and 0.0 are one partition); a GROUP BY
+    of them with a plain and a distinct aggregate, and EXISTS whose inequality carries one
+    (the values meet again after a distinct that makes -0.0 0.0)."""
     schema = "k BIGINT, p STRING, f DOUBLE"
     rows = [((1, "a", -0.0), 0, 1), ((2, "a", 0.0), 0, 1), ((3, "a", 1.5), 0, 1),
             ((4, None, None), 0, 1), ((5, None, None), 1, 1), ((6, None, 2.0), 1, 1),
@@ -519,7 +521,10 @@ def test_rank_ties_floating_zeros_and_nulls_on_both_placements(spark, conf, plac
                      ORDER BY f) AS r FROM w) AS s WHERE r <= 2""",
         "dense": """SELECT k, f FROM (SELECT k, f, dense_rank() OVER (ORDER BY f DESC) AS r
                     FROM w) AS s WHERE r <= 3""",
-        "partitioned": "SELECT k, count(*) OVER (PARTITION BY p, f) AS n FROM w"}
+        "partitioned": "SELECT k, count(*) OVER (PARTITION BY p, f) AS n FROM w",
+        "grouped": "SELECT f, count(*) AS n, count(DISTINCT k) AS d FROM w GROUP BY f",
+        "mixed": """SELECT k FROM w AS a WHERE EXISTS (SELECT 1 FROM w AS b
+                    WHERE b.p = a.p AND b.f <> a.f)"""}
     flow = Dataflow()
     flow.input("w", schema)
     for name, text in queries.items():
@@ -666,6 +671,8 @@ def test_random_unnamed_expressions_are_named_as_spark_names_them_or_not_at_all(
     ("SELECT k FROM t INTERSECT SELECT k, y FROM u", "INTERSECT of 1 and 2 columns"),
     ("SELECT x FROM t EXCEPT ALL SELECT s FROM u", r"EXCEPT ALL of column 'x' \(BIGINT\)"),
     ("SELECT g, stddev(x) AS s FROM t GROUP BY g", "aggregate STDDEV"),
+    ("SELECT abs(x) AS a, count(*) AS n, count(DISTINCT k) AS d FROM t GROUP BY abs(x)",
+     r"GROUP BY ABS\(x\), of a type not known here, with a DISTINCT aggregate beside"),
     ("SELECT k FROM t; SELECT k FROM u", "expected one query, got 2"),
     ("SELECT k, x + (SELECT max(y) FROM u) FROM t", r"SELECT item x \+ \(SELECT .* needs a name"),
     ("SELECT k, (SELECT count(*) + 1 FROM u WHERE u.k = t.k) AS m FROM t",

@@ -32,7 +32,7 @@ def consolidate(updates: Iterable[Update]) -> list[Update]:
     """Sum diffs per (record, time), drop zeros, sort: the canonical form of a stream."""
     acc: dict[tuple, int] = defaultdict(int)
     for rec, t, d in updates:
-        acc[(tuple(rec), t)] += d
+        acc[(_canonical(rec), t)] += d
     return sorted(((r, t, d) for (r, t), d in acc.items() if d != 0), key=_sort_key)
 
 
@@ -46,8 +46,19 @@ def accumulate(updates: Iterable[Update], at: int) -> Counter:
     acc: Counter = Counter()
     for rec, t, d in updates:
         if t <= at:
-            acc[tuple(rec)] += d
+            acc[_canonical(rec)] += d
     return Counter({r: m for r, m in acc.items() if m != 0})
+
+
+NAN = float("nan")
+
+
+def _canonical(rec) -> tuple:
+    """`rec` with every floating NaN as the one object NAN. Spark holds NaN equal to NaN (in
+    groups, joins, distinct), Python's dicts only the same object (NaN != NaN), and a NaN
+    that Spark or numpy computed is a new object: without this, a record's +1 and -1 would
+    not meet, nor two NaN keys of a join or a group."""
+    return tuple(NAN if v != v and isinstance(v, float) else v for v in rec)
 
 
 class Interpreter:
@@ -208,7 +219,7 @@ class Interpreter:
                                       [f"CAST(({red.expr}) AS BIGINT)"])
             values = {c: row[0] for c, row in zip(counts, rows)}
         if red.kind == "top_k":
-            recs = list(dict.fromkeys(r for r, _, _ in ups))
+            recs = list(dict.fromkeys(_canonical(r) for r, _, _ in ups))
             _, rows = self.sql.select(ddl, recs, [f"({e}) AS __k{i}"
                                                  for i, (e, _, _) in enumerate(red.order)])
             values = {r: tuple(row) for r, row in zip(recs, rows)}
@@ -355,7 +366,7 @@ def _aggregate_value(kind: str, members, col):
         with decimal.localcontext(_EXACT):  # Decimal's default context keeps 28 digits
             return sum(x * m for x, m in xs) if xs else None
     xs = [r[col] for r, m in members if m > 0 and r[col] is not None]
-    return (min if kind == "min" else max)(xs) if xs else None
+    return (min if kind == "min" else max)(xs, key=_spark_order) if xs else None
 
 
 # Sums of DECIMAL(38) values weighted by int64 multiplicities need about 60 digits; the
@@ -368,7 +379,16 @@ def _plain(v):
 
 
 def _null_first(v):
-    return (v is not None, v if v is not None else 0)
+    return (v is not None, _spark_order(v) if v is not None else 0)
+
+
+def _spark_order(v):
+    """A non-null value as Spark orders it: a floating NaN above every number and equal to
+    itself (Python's NaN compares false with everything, which leaves a sort's order to its
+    input's), -0.0 equal to 0.0 as Python has it."""
+    if isinstance(v, float):
+        return (1, 0.0) if v != v else (0, v)
+    return v
 
 
 class _Ordered:
@@ -379,14 +399,17 @@ class _Ordered:
         self.values, self.order = values, order
 
     def __eq__(self, other):
-        return self.values == other.values
+        return not (self < other or other < self)
 
     def __lt__(self, other):
         for a, b, (_, desc, nulls_first) in zip(self.values, other.values, self.order):
-            if a == b or (a is None and b is None):
+            if a is None and b is None:
                 continue
             if a is None or b is None:
                 return (a is None) == nulls_first
+            a, b = _spark_order(a), _spark_order(b)
+            if a == b:
+                continue
             return (a > b) if desc else (a < b)
         return False
 

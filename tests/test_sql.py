@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from batch_check import HORIZON, SPARK_ONLY, check_steps, cuts, lifetimes
+from batch_check import HORIZON, NAN, SPARK_ONLY, check_steps, cuts, lifetimes
 from conftest import examples
 from plans import Dataflow, PlanError
 
@@ -248,7 +248,7 @@ v_rec = st.tuples(st.integers(0, 3), maybe(st.sampled_from(["a", "b", "ab", ""])
                   maybe(st.sampled_from([dt.date(2020, 1, 31), dt.date(2020, 2, 29)])),
                   maybe(st.sampled_from([dt.datetime(2020, 5, 1, 3, 4, 5),
                                          dt.datetime(2021, 1, 1)])),
-                  maybe(st.sampled_from([0.5, -1.25, 3.0])), maybe(st.booleans()),
+                  maybe(st.sampled_from([0.5, -1.25, 0.0, -0.0, NAN])), maybe(st.booleans()),
                   maybe(st.sampled_from([Decimal("1.250"), Decimal("-0.505"),
                                          Decimal("12.345")])), maybe(st.integers(-2, 3)))
 TYPED = {
@@ -268,6 +268,13 @@ TYPED = {
                             WHERE b.k IS NULL""",
     "rank_typed": """SELECT k, s, f, ts FROM (SELECT k, s, f, ts, rank() OVER (PARTITION BY s,
                      d ORDER BY f, ts DESC) AS r FROM v) AS x WHERE r < 2""",
+    # DOUBLE keys as Spark compares them: -0.0 = 0.0 and NaN = NaN, in groups, joins and
+    # EXISTS; NaN above every number in orders
+    "float_groups": "SELECT f, count(*) AS n, max(i) AS mi, min(f) AS lo FROM v GROUP BY f",
+    "float_join": "SELECT a.k, b.k AS k2, a.f FROM v a JOIN v b ON a.f = b.f WHERE a.k < b.k",
+    "float_exists": """SELECT k, i FROM v a WHERE EXISTS (SELECT 1 FROM v b WHERE b.f = a.f
+                       AND b.i > a.i)""",
+    "float_order": "SELECT k, f FROM v ORDER BY f DESC NULLS LAST, k LIMIT 2",
     "dense_rank_typed": """SELECT k, m, b FROM (SELECT k, m, b, dense_rank() OVER (PARTITION BY
                            b ORDER BY m DESC NULLS LAST) AS r FROM v) AS x WHERE r <= 2""",
 }
@@ -507,7 +514,8 @@ def test_correlated_in_filter_and_hidden_order_keys_on_both_placements(spark, co
 @pytest.mark.parametrize("placement", ["driver", "spark"])
 def test_rank_ties_floating_zeros_and_nulls_on_both_placements(spark, conf, placement):
     """rank() and dense_rank() <= k over DOUBLE values where -0.0 and 0.0 tie (Spark orders
-    them equal), NULL partitions and order values, ties entering and leaving the first k;
+    them equal) and NaN (above every number, equal to itself), NULL partitions and order
+    values, ties entering and leaving the first k; ORDER BY ... LIMIT, min and max over them;
     a whole-partition window over such values (-0.0 and 0.0 are one partition); a GROUP BY
     of them with a plain and a distinct aggregate, and EXISTS whose inequality carries one
     (the values meet again after a distinct that makes -0.0 0.0)."""
@@ -515,7 +523,10 @@ def test_rank_ties_floating_zeros_and_nulls_on_both_placements(spark, conf, plac
     rows = [((1, "a", -0.0), 0, 1), ((2, "a", 0.0), 0, 1), ((3, "a", 1.5), 0, 1),
             ((4, None, None), 0, 1), ((5, None, None), 1, 1), ((6, None, 2.0), 1, 1),
             ((7, "a", -1.0), 1, 1), ((7, "a", -1.0), 2, -1), ((8, "a", 1.5), 2, 1),
-            ((9, None, 2.0), 2, 1), ((1, "a", -0.0), 2, -1)]
+            ((9, None, 2.0), 2, 1), ((1, "a", -0.0), 2, -1),
+            # NaN: above every number, equal to itself (two NaN objects here: one record)
+            ((10, "a", float("nan")), 1, 1), ((10, "a", float("nan")), 2, -1),
+            ((11, "a", NAN), 2, 1), ((12, None, NAN), 0, 1)]
     queries = {
         "ranked": """SELECT k, p, f FROM (SELECT k, p, f, rank() OVER (PARTITION BY p
                      ORDER BY f) AS r FROM w) AS s WHERE r <= 2""",
@@ -524,7 +535,9 @@ def test_rank_ties_floating_zeros_and_nulls_on_both_placements(spark, conf, plac
         "partitioned": "SELECT k, count(*) OVER (PARTITION BY p, f) AS n FROM w",
         "grouped": "SELECT f, count(*) AS n, count(DISTINCT k) AS d FROM w GROUP BY f",
         "mixed": """SELECT k FROM w AS a WHERE EXISTS (SELECT 1 FROM w AS b
-                    WHERE b.p = a.p AND b.f <> a.f)"""}
+                    WHERE b.p = a.p AND b.f <> a.f)""",
+        "top": "SELECT k, f FROM w ORDER BY f DESC NULLS LAST, k LIMIT 3",
+        "extremes": "SELECT p, min(f) AS lo, max(f) AS hi FROM w GROUP BY p"}
     flow = Dataflow()
     flow.input("w", schema)
     for name, text in queries.items():

@@ -408,7 +408,7 @@ class Lowering:
         for parts, ws in partitions:
             key = self.fresh("window")
             partition = _tie_key([self._expr(p, rel, "PARTITION BY") for p in parts],
-                                 [expression_type(_resolved(p, rel), rel.types())
+                                 [self._tie_type(p, rel, f"{_text(ws[0])} partitioned by")
                                   for p in parts])
             keyed = Rel(rel.coll.map(*cols, f"{partition} AS `{key}`" if parts
                                      else f"'' AS `{key}`"),
@@ -446,7 +446,7 @@ class Lowering:
         if isinstance(window.this, exp.RowNumber):
             return Rel(keyed.top_k(k, order_by=order, by=parts), rel.cols)
         tie, cols = self.fresh("tie"), [f"`{c.internal}`" for c in rel.cols]
-        kinds = [self._tie_type(e, rel, window.this) for e in
+        kinds = [self._tie_type(e, rel, f"{_text(window.this)} over") for e in
                  [*partition, *(o.this for o in window.args["order"].expressions)]]
         key = _tie_key([f"`{p}`" for p in parts] + [text for text, _ in keys], kinds)
         if isinstance(window.this, exp.Rank):
@@ -461,11 +461,12 @@ class Lowering:
         tagged = keyed.map(*cols, f"{key} AS `{tie}`")
         return Rel(tagged.semijoin(first, on=[tie]).map(*cols), rel.cols)
 
-    def _tie_type(self, e, rel: Rel, ranking) -> str:
-        """The type of a value that tells a rank's ties (`_tie_key`), which must be known."""
+    def _tie_type(self, e, rel: Rel, construct: str) -> str:
+        """The type of a value that tells a rank's ties or a window's partition
+        (`_tie_key`), which must be known: a floating -0.0 is 0.0 first."""
         kind = expression_type(_resolved(e, rel), rel.types())
         if kind is None:
-            raise refuse(f"{_text(ranking)} over {_text(e)}, of a type not known here",
+            raise refuse(f"{construct} {_text(e)}, of a type not known here",
                          f"CAST({_text(e)} AS type)")
         return kind
 
@@ -1003,10 +1004,15 @@ class Lowering:
         tag = self.fresh("tag")
         own, keys = [f"`{c.internal}`" for c in rel.cols], [f"`{n}`" for n in names]
         carried = [f"`{n}`" for _, n in seen.values()]
-        tagged = f"{_tie_key(carried, [c.type for c, _ in seen.values()])} AS `{tag}`"
-        outer = outer.map(*own, *keys, *(f"`{c.internal}` AS `{n}`" for c, n in seen.values()))
-        pairs = outer.map(*keys, *carried).distinct().join(probe, on=names).filter(cond)
-        return outer.map(*own, *keys, tagged), pairs.map(*keys, tagged), names + [tag]
+        # tagged before the distinct, which may make a floating -0.0 0.0, so that the tag
+        # is the outer row's whatever the column's type
+        tagged = _tie_key([f"`{c.internal}`" for c, _ in seen.values()],
+                          [c.type for c, _ in seen.values()])
+        outer = outer.map(*own, *keys, *(f"`{c.internal}` AS `{n}`" for c, n in seen.values()),
+                          f"{tagged} AS `{tag}`")
+        pairs = outer.map(*keys, *carried, f"`{tag}`").distinct().join(probe, on=names)
+        return (outer.map(*own, *keys, f"`{tag}`"), pairs.filter(cond).map(*keys, f"`{tag}`"),
+                names + [tag])
 
     # ------------------------------------------------------------------ expressions
     def _expr(self, e, rel: Rel, where: str) -> str:

@@ -115,7 +115,8 @@ def expression_type(e: exp.Expression, types: dict[str, Optional[str]]) -> Optio
     """The Spark type of `e` where certain: a column of known type (by lower-case name in
     `types`), a CAST, a literal, unary minus and + - * / over those (Spark's arithmetic
     types, DECIMAL precision and scale included), a comparison or other predicate, a CASE
-    whose branches have one type, parenthesised or not; else None."""
+    whose branches have one type, a date or time part (year(d), ...), length, upper and
+    lower, abs, and coalesce of arguments of one type, parenthesised or not; else None."""
     while isinstance(e, exp.Paren):
         e = e.this
     if isinstance(e, exp.Column) and not e.table:
@@ -137,6 +138,14 @@ def expression_type(e: exp.Expression, types: dict[str, Optional[str]]) -> Optio
                  if x is not None and not isinstance(x, exp.Null)]
         return found[0] if found and None not in found and all(
             same_type(found[0], t) for t in found) else None
+    if isinstance(e, _INT_FUNCTIONS):
+        return "INT"
+    if isinstance(e, (exp.Upper, exp.Lower)):
+        return "STRING"
+    if isinstance(e, (exp.Abs, exp.Coalesce)):  # the argument's type, or all the arguments'
+        found = [expression_type(x, types) for x in [e.this, *e.expressions]
+                 if not isinstance(x, exp.Null)]
+        return found[0] if found and len(set(found)) == 1 else None
     if isinstance(e, exp.Mod):  # integral % integral: the wider type (others unclaimed)
         a, b = (expression_type(x, types) for x in (e.this, e.expression))
         return max(a, b, key=INTEGRAL.index) if a in INTEGRAL and b in INTEGRAL else None
@@ -158,6 +167,8 @@ def expression_type(e: exp.Expression, types: dict[str, Optional[str]]) -> Optio
     return f"DECIMAL({p}, {s})"
 
 
+_INT_FUNCTIONS = (exp.Year, exp.Quarter, exp.Month, exp.Day, exp.DayOfMonth, exp.DayOfWeek,
+                  exp.DayOfYear, exp.WeekOfYear, exp.Hour, exp.Length)
 _PREDICATES = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.And,
                exp.Or, exp.Not, exp.Is, exp.In, exp.Between, exp.Like, exp.Boolean)
 _ARITHMETIC = {exp.Add: "add", exp.Sub: "subtract", exp.Mul: "multiply", exp.Div: "divide"}

@@ -350,6 +350,10 @@ ARITHMETIC = ["p * (1 - q)", "a * 0.0001", "p / 3", "p / q", "100.00 * p / q", "
               "CASE WHEN bo THEN CAST(p AS DECIMAL(10, 2)) ELSE p END", "p > q",
               "NOT (i = a OR bo)", "s LIKE 'a%' AND i IS NOT NULL", "i IN (1, 2)",
               "x BETWEEN 1 AND 2", "p <=> q", "true", "a % 2", "i8 % i", "i % a"]
+FUNCTIONS = ["year(dt)", "month(ts)", "day(dt)", "dayofmonth(ts)", "quarter(dt)",
+             "dayofweek(dt)", "dayofyear(ts)", "weekofyear(dt)", "hour(ts)", "length(s)",
+             "upper(s)", "lower(s)", "abs(i8)", "abs(p)", "abs(-x)", "coalesce(p, NULL, p)",
+             "coalesce(x, x + 1)", "coalesce(a, b)", "coalesce(dt, dt)"]
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
@@ -357,19 +361,20 @@ ARITHMETIC = ["p * (1 - q)", "a * 0.0001", "p / 3", "p / q", "100.00 * p / q", "
 def test_plan_time_types_equal_spark_analysis(spark, seed):
     """plans/types.py's expression_type (what the SQL front end knows of a column when the
     plan is built, without Spark) equals the type Spark's analyzer gives, wherever it claims
-    one: named arithmetic over every numeric kind, and random expressions of the grammar
-    above. Analysis only: no Spark job."""
+    one: named arithmetic over every numeric kind, the functions it types (coalesce of two
+    types it leaves unknown), and random expressions of the grammar above. Analysis only: no Spark job."""
     import sqlglot
 
     from plans.types import expression_type, spark_type
     r = random.Random(seed)
-    exprs = ARITHMETIC + [gen(r, r.choice(["int", "double", "decimal"]), r.randint(1, 3))
+    exprs = ARITHMETIC + FUNCTIONS + ["coalesce(i, a)", "coalesce(p, q)"] + [gen(r, r.choice(["int", "double", "decimal"]), r.randint(1, 3))
                           for _ in range(EXPRS_PER_EXAMPLE)]
     frame = spark.createDataFrame(random_table(r, 0))
     types = {f.name: spark_type(f.dataType.simpleString()) for f in frame.schema.fields}
     claimed = [(e, expression_type(sqlglot.parse_one(e, read="spark"), types)) for e in exprs]
     claimed = [(e, t) for e, t in claimed if t is not None]
-    assert {e for e, _ in claimed} >= set(ARITHMETIC) - {"p + 1L", "p * CAST(2 AS BIGINT)"}
+    assert {e for e, _ in claimed} >= set(ARITHMETIC + FUNCTIONS) - {"p + 1L",
+                                                                      "p * CAST(2 AS BIGINT)"}
     analyzed = frame.selectExpr(*(f"{e} AS c{i}" for i, (e, _) in enumerate(claimed))).schema
     for (e, t), field in zip(claimed, analyzed.fields):
         assert t == spark_type(field.dataType.simpleString()), e

@@ -516,9 +516,10 @@ def test_rank_ties_floating_zeros_and_nulls_on_both_placements(spark, conf, plac
     """rank() and dense_rank() <= k over DOUBLE values where -0.0 and 0.0 tie (Spark orders
     them equal) and NaN (above every number, equal to itself), NULL partitions and order
     values, ties entering and leaving the first k; ORDER BY ... LIMIT, min and max over them;
-    a whole-partition window over such values (-0.0 and 0.0 are one partition); a GROUP BY
-    of them with a plain and a distinct aggregate, and EXISTS whose inequality carries one
-    (the values meet again after a distinct that makes -0.0 0.0)."""
+    a whole-partition window over such values and over an expression of them (-0.0 and 0.0
+    are one partition); a GROUP BY
+    of them with a plain and a distinct aggregate, and EXISTS whose inequality carries one,
+    of a type known or not (the values meet again after a distinct that makes -0.0 0.0)."""
     schema = "k BIGINT, p STRING, f DOUBLE"
     rows = [((1, "a", -0.0), 0, 1), ((2, "a", 0.0), 0, 1), ((3, "a", 1.5), 0, 1),
             ((4, None, None), 0, 1), ((5, None, None), 1, 1), ((6, None, 2.0), 1, 1),
@@ -533,9 +534,12 @@ def test_rank_ties_floating_zeros_and_nulls_on_both_placements(spark, conf, plac
         "dense": """SELECT k, f FROM (SELECT k, f, dense_rank() OVER (ORDER BY f DESC) AS r
                     FROM w) AS s WHERE r <= 3""",
         "partitioned": "SELECT k, count(*) OVER (PARTITION BY p, f) AS n FROM w",
+        "partitioned_expr": "SELECT k, count(*) OVER (PARTITION BY coalesce(f, CAST(1 AS DOUBLE))) AS n FROM w",
         "grouped": "SELECT f, count(*) AS n, count(DISTINCT k) AS d FROM w GROUP BY f",
         "mixed": """SELECT k FROM w AS a WHERE EXISTS (SELECT 1 FROM w AS b
                     WHERE b.p = a.p AND b.f <> a.f)""",
+        "mixed_expr": """SELECT k FROM (SELECT k, p, greatest(f, f) AS g FROM w) AS a
+                         WHERE EXISTS (SELECT 1 FROM w AS b WHERE b.p = a.p AND b.f <> a.g)""",
         "top": "SELECT k, f FROM w ORDER BY f DESC NULLS LAST, k LIMIT 3",
         "extremes": "SELECT p, min(f) AS lo, max(f) AS hi FROM w GROUP BY p"}
     flow = Dataflow()
@@ -649,7 +653,7 @@ def test_random_unnamed_expressions_are_named_as_spark_names_them_or_not_at_all(
     ("SELECT k FROM t ORDER BY k", "ORDER BY without LIMIT is not supported"),
     ("SELECT k FROM t ORDER BY k LIMIT k", "LIMIT k is not supported; LIMIT takes"),
     ("SELECT k FROM t LIMIT 3", "LIMIT without ORDER BY"),
-    ("SELECT sum(z) AS s FROM (SELECT abs(x) AS z FROM t) AS c",
+    ("SELECT sum(z) AS s FROM (SELECT round(x) AS z FROM t) AS c",
      "an aggregate without GROUP BY over column 'z' of a type unknown"),
     ("SELECT k, sum(x) OVER (PARTITION BY g ORDER BY k) AS s FROM t", "window function"),
     ("SELECT g, sum(sum(x)) OVER () AS s FROM t GROUP BY g", "over grouped rows"),
@@ -657,8 +661,10 @@ def test_random_unnamed_expressions_are_named_as_spark_names_them_or_not_at_all(
     ("SELECT k, max(x) OVER w AS m FROM t WINDOW w AS (PARTITION BY g)", "window function"),
     ("SELECT k FROM (SELECT k, percent_rank() OVER (ORDER BY x) AS r FROM t) AS s "
      "WHERE r <= 0.5", "window function"),
-    ("SELECT k FROM (SELECT k, rank() OVER (ORDER BY abs(x)) AS r FROM t) AS s WHERE r <= 2",
-     "of a type not known here"),
+    ("SELECT k FROM (SELECT k, rank() OVER (ORDER BY round(x)) AS r FROM t) AS s WHERE r <= 2",
+     r"RANK\(\) over ROUND\(x\), of a type not known here"),
+    ("SELECT k, count(*) OVER (PARTITION BY g, round(x)) AS n FROM t",
+     r"COUNT\(\*\) OVER .* partitioned by ROUND\(x\), of a type not known here"),
     ("SELECT k, r FROM (SELECT k, dense_rank() OVER (ORDER BY x) AS r FROM t) AS s "
      "WHERE r <= 2", r"DENSE_RANK\(\) AS r used other than once"),
     ("SELECT * FROM (SELECT k, row_number() OVER (ORDER BY x) AS rn FROM t) AS s "
@@ -684,8 +690,8 @@ def test_random_unnamed_expressions_are_named_as_spark_names_them_or_not_at_all(
     ("SELECT k FROM t INTERSECT SELECT k, y FROM u", "INTERSECT of 1 and 2 columns"),
     ("SELECT x FROM t EXCEPT ALL SELECT s FROM u", r"EXCEPT ALL of column 'x' \(BIGINT\)"),
     ("SELECT g, stddev(x) AS s FROM t GROUP BY g", "aggregate STDDEV"),
-    ("SELECT abs(x) AS a, count(*) AS n, count(DISTINCT k) AS d FROM t GROUP BY abs(x)",
-     r"GROUP BY ABS\(x\), of a type not known here, with a DISTINCT aggregate beside"),
+    ("SELECT round(x) AS a, count(*) AS n, count(DISTINCT k) AS d FROM t GROUP BY round(x)",
+     r"GROUP BY ROUND\(x\), of a type not known here, with a DISTINCT aggregate beside"),
     ("SELECT k FROM t; SELECT k FROM u", "expected one query, got 2"),
     ("SELECT k, x + (SELECT max(y) FROM u) FROM t", r"SELECT item x \+ \(SELECT .* needs a name"),
     ("SELECT k, (SELECT count(*) + 1 FROM u WHERE u.k = t.k) AS m FROM t",
@@ -714,7 +720,7 @@ def test_random_unnamed_expressions_are_named_as_spark_names_them_or_not_at_all(
     ("SELECT t.k FROM t JOIN u ON t.g = u.y", r"join key t.g \(STRING\) = u.y \(BIGINT\)"),
     ("SELECT DISTINCT k FROM t ORDER BY x LIMIT 1", "ORDER BY x of SELECT DISTINCT"),
     ("SELECT k, k IN (SELECT k FROM u) FROM t", "needs a name"),
-    ("SELECT count(*) AS n FROM t GROUP BY ROLLUP(abs(x))", r"ABS\(x\) of a type unknown"),
+    ("SELECT count(*) AS n FROM t GROUP BY ROLLUP(round(x))", r"ROUND\(x\) of a type unknown"),
     ("SELECT k, EXISTS (SELECT k FROM u GROUP BY k) AS e FROM t", "as a value"),
     ("SELECT k, 1 IN (SELECT k FROM u) AS c FROM t", "IN .* as a value"),
     ("SELECT k FROM t WHERE (k, x) NOT IN (SELECT k, y FROM u)", "NOT IN of several values"),

@@ -519,7 +519,8 @@ def test_rank_ties_floating_zeros_and_nulls_on_both_placements(spark, conf, plac
     a whole-partition window over such values and over an expression of them (-0.0 and 0.0
     are one partition); a GROUP BY
     of them with a plain and a distinct aggregate, and EXISTS whose inequality carries one,
-    of a type known or not (the values meet again after a distinct that makes -0.0 0.0)."""
+    of a type known or not (the values meet again after a distinct that makes -0.0 0.0);
+    IN and NOT IN subqueries, INTERSECT, EXCEPT, UNION and DISTINCT aggregates over them."""
     schema = "k BIGINT, p STRING, f DOUBLE"
     rows = [((1, "a", -0.0), 0, 1), ((2, "a", 0.0), 0, 1), ((3, "a", 1.5), 0, 1),
             ((4, None, None), 0, 1), ((5, None, None), 1, 1), ((6, None, 2.0), 1, 1),
@@ -540,6 +541,12 @@ def test_rank_ties_floating_zeros_and_nulls_on_both_placements(spark, conf, plac
                     WHERE b.p = a.p AND b.f <> a.f)""",
         "mixed_expr": """SELECT k FROM (SELECT k, p, greatest(f, f) AS g FROM w) AS a
                          WHERE EXISTS (SELECT 1 FROM w AS b WHERE b.p = a.p AND b.f <> a.g)""",
+        "in_sub": "SELECT k FROM w WHERE f IN (SELECT f FROM w AS b WHERE b.k = 2)",
+        "not_in": "SELECT k FROM w WHERE f NOT IN (SELECT f FROM w AS b WHERE b.k IN (2, 3))",
+        "sets": """(SELECT f FROM w WHERE k < 3 INTERSECT SELECT f FROM w WHERE k IN (2, 10))
+                   UNION ALL (SELECT f FROM w EXCEPT SELECT f FROM w WHERE k = 2)
+                   UNION ALL (SELECT f FROM w WHERE k = 1 UNION SELECT f FROM w WHERE k = 2)""",
+        "distincts": "SELECT count(DISTINCT f) AS n, sum(DISTINCT f) AS s FROM w",
         "top": "SELECT k, f FROM w ORDER BY f DESC NULLS LAST, k LIMIT 3",
         "extremes": "SELECT p, min(f) AS lo, max(f) AS hi FROM w GROUP BY p"}
     flow = Dataflow()

@@ -32,6 +32,7 @@ from executor.inputs.updates import normalise, read_source
 from executor.lateness import holding, late
 from executor.operators.join import check_keys
 from executor.operators.linear import spark as linear
+from executor.operators.linear.expressions import Session
 from executor.operators.query import check_variables
 from executor.operators.reduce.counted import counted
 from executor.runtime import limits
@@ -107,6 +108,11 @@ class Runner:
             raise PlanError("Runner: the dataflow declares no outputs")
         self.conf = load_conf(conf, overrides) if isinstance(conf, str) else dict(conf)
         self.spark = spark or spark_session(self.conf)
+        # the settings that change an expression's answer as this session has them (a
+        # session passed in may differ from the profile), read once: the driver
+        # placement's expressions follow them (linear/expressions.py Session)
+        self.conf.update({k: v for k in Session.KEYS
+                          if (v := self.spark.conf.get(k, None)) is not None})
         self.backend = kernel_backend(self.conf)
         self.flow = flow
         self.plan = optimize_plan(flow.outputs).plan if optimize else dict(flow.outputs)

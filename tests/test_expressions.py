@@ -341,6 +341,45 @@ def test_edge_cases_equal_spark(spark, ansi):
         assert (_types(got.schema)[0], _rows(got.select([0]))) == (types[j], _rows(want.select([j]))), text
 
 
+# forms that read spark.sql.session.timeZone
+ZONED = ["CAST(ts AS DATE)", "CAST(dt AS TIMESTAMP)", "ts < TIMESTAMP '2021-01-01 00:00:00'",
+         "year(CAST(ts AS DATE))", "dt = CAST(ts AS DATE)"]
+
+
+def test_time_zone_forms_follow_the_session_zone(spark, conf):
+    """A DATE to or from a TIMESTAMP and a TIMESTAMP literal read the session's time zone:
+    they compile to Arrow only in UTC, and a Runner over a session in another zone (a
+    session passed in, or --conf spark.sql.session.timeZone) answers on its driver
+    placement as Spark does (it answered in UTC before, silently unlike Spark)."""
+    from executor import Runner
+    from plans import Dataflow
+
+    zone = {"spark.sql.session.timeZone": "America/New_York"}
+    for text in ZONED:
+        compile_stages((ir.Map((f"{text} AS c",)),), SCHEMA, conf={})
+        with pytest.raises(NotCompiled, match="time zone"):
+            compile_stages((ir.Map((f"{text} AS c",)),), SCHEMA, conf=zone)
+    utc = dt.timezone.utc
+    stamps = [dt.datetime(2021, 1, 1, h, tzinfo=utc) for h in (0, 3, 5, 12)] + [None]
+    table = pa.table({"k": pa.array(range(5), pa.int64()),
+                      "ts": pa.array(stamps, pa.timestamp("us", tz="UTC")),
+                      "dt": pa.array([dt.date(2021, 1, 1)] * 4 + [None], pa.date32()),
+                      "time": pa.array([0] * 5, pa.int64()), "diff": pa.array([1] * 5, pa.int64())})
+    exprs = ["k"] + [f"{text} AS c{i}" for i, text in enumerate(ZONED)]
+    flow = Dataflow()
+    flow.output("o", flow.input("t", "k BIGINT, ts TIMESTAMP, dt DATE").map(*exprs))
+    spark.conf.set("spark.sql.session.timeZone", zone["spark.sql.session.timeZone"])
+    try:
+        result = Runner(flow, conf=conf, spark=spark).step({"t": table}, upto=1)
+        want = spark.createDataFrame(table).selectExpr(*exprs).toArrow()
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+    assert result.host
+    got = result.arrow("o").drop_columns(["time", "diff"]).sort_by("k")
+    assert got.to_pylist() == want.sort_by("k").to_pylist()
+    assert got.column("c0").to_pylist()[1] == dt.date(2020, 12, 31)  # 03:00 UTC in New York
+
+
 ARITHMETIC = ["p * (1 - q)", "a * 0.0001", "p / 3", "p / q", "100.00 * p / q", "-i * i8",
               "i / a", "x + p", "1.50 + p", "(p + 1) * (q - 2)", "p * p * p * p * p",
               "p / (q * q * q)", "i8 + i8", "a - 12345678901", "1 + 2.5", ".5 * q", "1e3 + p",

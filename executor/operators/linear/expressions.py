@@ -13,7 +13,8 @@ DOUBLE), unary -, abs over TINYINT..BIGINT, DOUBLE and DECIMAL (Spark's precisio
 up to 38), comparisons and <=>, AND/OR/NOT, IS [NOT] NULL, IN, BETWEEN, CASE, IF, COALESCE,
 greatest/least (integral, DECIMAL, DATE, TIMESTAMP),
 upper/lower (ASCII), length, concat/||, substring, CAST among integral, DOUBLE, DECIMAL,
-BOOLEAN, STRING, DATE and TIMESTAMP where exact; DECIMAL results above 38 digits with Spark's
+BOOLEAN, STRING, DATE and TIMESTAMP where exact (those that read the session's time zone,
+a DATE to or from a TIMESTAMP and TIMESTAMP literals, only where it is UTC); DECIMAL results above 38 digits with Spark's
 adjusted scale and DECIMAL division (HALF_UP), STRING LIKE 'pattern', DATE +/- INTERVAL 'n'
 DAY | MONTH | YEAR, EXTRACT and year/month/day/quarter of a DATE, to_json(struct(...)) of integral, BOOLEAN, STRING, DECIMAL and DATE
 fields, and lateral aliases (a projection naming its earlier outputs), as the SQL front end
@@ -225,13 +226,24 @@ class Session:
 
     precision_loss: bool = True  # spark.sql.decimalOperations.allowPrecisionLoss
     json_ignore_nulls: bool = True  # spark.sql.jsonGenerator.ignoreNullFields
+    # spark.sql.session.timeZone is UTC (the profiles'; assumed where a conf lacks it): in
+    # another zone the forms that read it (a DATE to or from a TIMESTAMP, a TIMESTAMP
+    # literal) are left to Spark
+    utc: bool = True
+
+    KEYS = ("spark.sql.decimalOperations.allowPrecisionLoss",
+            "spark.sql.jsonGenerator.ignoreNullFields", "spark.sql.session.timeZone")
 
     @staticmethod
     def of(conf: Mapping[str, str]) -> "Session":
         def flag(key: str) -> bool:
             return str(conf.get(key, "true")).strip().lower() != "false"
+        zone = str(conf.get("spark.sql.session.timeZone", "UTC")).strip().upper()
         return Session(flag("spark.sql.decimalOperations.allowPrecisionLoss"),
-                       flag("spark.sql.jsonGenerator.ignoreNullFields"))
+                       flag("spark.sql.jsonGenerator.ignoreNullFields"), zone in _UTC)
+
+
+_UTC = {"UTC", "ETC/UTC", "GMT", "ETC/GMT", "Z", "+00:00"}
 
 
 class _Compiler:
@@ -837,8 +849,13 @@ def _cast(c, node):
     t = _target_type(node.args["to"])
     inner = node.this
     if isinstance(inner, exp.Literal) and inner.is_string and t in (DATE, TIMESTAMP):
+        if t == TIMESTAMP and not c.session.utc:
+            raise NotCompiled("TIMESTAMP literal in a session time zone other than UTC")
         return _temporal_literal(inner.this, t)
-    out = _cast_expr(c.compile(inner), t)
+    a = c.compile(inner)
+    if TIMESTAMP in (a.type, t) and a.type != t and not c.session.utc:
+        raise NotCompiled(f"cast of {a.type} to {t} in a session time zone other than UTC")
+    out = _cast_expr(a, t)
     if isinstance(inner, (exp.Literal, exp.Neg)) and _integral(t):
         return Expr(out.type, out.fn, suffixed=True)
     return out

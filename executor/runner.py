@@ -22,7 +22,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from executor import driver
 from executor.arrange.consolidate import consolidate
-from executor.arrange.encoding import Encoder, arrow_schema
+from executor.arrange.encoding import Encoder, arrow_schema, check_collations
 from executor.arrange.spine import (STEP, Spine, as_frame, is_computed, materialise_all, output_log,
                                     summed)
 from executor.arrange.trace import Trace
@@ -143,6 +143,7 @@ class Runner:
         # every node's update schema as Spark resolves it: the driver's steps keep its types
         self.node_schemas = {node: df.schema for node, df in resolving.memo.items()}
         check_keys(self.plan, self.node_schemas)  # both placements compare keys alike
+        check_collations(self.plan, self.node_schemas)  # ... and strings by their bytes
         check_variables(self.plan, self.node_schemas)
         # the driver's codes of column values (executor/arrange/encoding.py); an importing runner
         # shares its source's, so the source's mirror is read as it is

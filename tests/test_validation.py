@@ -405,3 +405,27 @@ def test_a_join_on_keys_the_placements_compare_differently_is_refused_when_built
                 Runner(plan, conf=conf, spark=spark)
         else:
             Runner(plan, conf=conf, spark=spark)
+
+
+@pytest.mark.parametrize("ddl, exprs, message", [
+    ("s STRING COLLATE UTF8_LCASE, v BIGINT", ["s", "v"],
+     r"Input t \(.*\): column 's' is string collate UTF8_LCASE"),
+    ("s ARRAY<STRING COLLATE UNICODE_CI>, v BIGINT", ["v"], r"column 's' is array<string "
+                                                            r"collate UNICODE_CI>"),
+    ("s STRING, v BIGINT", ["s COLLATE UTF8_LCASE AS c", "v"],
+     r"Linear\[map\(.*\)\]: column 'c' is string collate UTF8_LCASE"),
+    ("s STRING, v BIGINT", ["CAST(s COLLATE UTF8_LCASE AS STRING) AS c", "v"], None)])
+def test_a_string_collation_other_than_binary_is_refused_when_built(spark, conf, ddl, exprs,
+                                                                    message):
+    """Both placements group, join and order strings by their bytes; Spark holds 'a' and 'A'
+    one value under UTF8_LCASE (both placements counted them as two groups, silently). A
+    collated STRING anywhere in a node's records is refused when the runner is built; a
+    CAST to STRING is UTF8_BINARY again, and a collation inside an expression is Spark's."""
+    flow = Dataflow()
+    flow.output("o", flow.input("t", ddl).map(*exprs).count(by=[exprs[0].split()[-1]]))
+    if message is None:
+        Runner(flow, conf=conf, spark=spark)
+        return
+    with pytest.raises(PlanError, match=message + r" \(rule: strings compare by their bytes, "
+                                                  r"UTF8_BINARY; collation \w+ is not supported"):
+        Runner(flow, conf=conf, spark=spark)

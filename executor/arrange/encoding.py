@@ -29,11 +29,40 @@ from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, Date
                                StructType, TimestampNTZType, TimestampType)
 
 from executor.arrange.dictionary import Dictionary
+from plans import ir
+from plans.errors import PlanError
 
 NULL_CODE = np.iinfo(np.int64).min
 _SIGN = np.int64(np.iinfo(np.int64).max)
 INTEGRAL = (ByteType, ShortType, IntegerType, LongType)  # Spark integer types
 _TEMPORAL = (DateType, TimestampType, TimestampNTZType)
+
+
+def check_collations(plan, schemas: dict) -> None:
+    """Refuse, when the runner is built, a STRING of a collation other than UTF8_BINARY
+    anywhere in a node's records (schemas: each node's resolved update schema), naming the
+    node and the column: both placements group, join, order and consolidate strings by
+    their bytes (the dictionary's codes, the arrangements' hashes), where Spark holds
+    UTF8_LCASE's 'a' and 'A' one value."""
+    for node in ir.topological(plan.values()):
+        for f in getattr(schemas.get(node), "fields", ()):
+            collated = _collated(f.dataType)
+            if collated:
+                raise PlanError(
+                    f"{node.label()}: column '{f.name}' is {f.dataType.simpleString()} "
+                    f"(rule: strings compare by their bytes, UTF8_BINARY; collation "
+                    f"{collated} is not supported)")
+
+
+def _collated(kind: DataType) -> Optional[str]:
+    """The first collation other than UTF8_BINARY in `kind` (nested types too), or None."""
+    if isinstance(kind, StringType):
+        collation = getattr(kind, "collation", "UTF8_BINARY")
+        return None if collation.upper() == "UTF8_BINARY" else collation
+    nested = (getattr(kind, a, None) for a in ("elementType", "keyType", "valueType"))
+    children = [f.dataType for f in kind.fields] if isinstance(kind, StructType) else \
+        [k for k in nested if k is not None]
+    return next((c for c in map(_collated, children) if c), None)
 
 
 @lru_cache(maxsize=4096)

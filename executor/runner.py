@@ -111,8 +111,7 @@ class Runner:
         # the settings that change an expression's answer as this session has them (a
         # session passed in may differ from the profile), read once: the driver
         # placement's expressions follow them (linear/expressions.py Session)
-        self.conf.update({k: v for k in Session.KEYS
-                          if (v := self.spark.conf.get(k, None)) is not None})
+        self.conf.update({k: self.spark.conf.get(k) for k in Session.KEYS})
         self.backend = kernel_backend(self.conf)
         self.flow = flow
         self.plan = optimize_plan(flow.outputs).plan if optimize else dict(flow.outputs)

@@ -370,7 +370,11 @@ def test_time_zone_forms_follow_the_session_zone(spark, conf):
     flow.output("o", flow.input("t", "k BIGINT, ts TIMESTAMP, dt DATE").map(*exprs))
     spark.conf.set("spark.sql.session.timeZone", zone["spark.sql.session.timeZone"])
     try:
-        result = Runner(flow, conf=conf, spark=spark).step({"t": table}, upto=1)
+        # the profile's settings give way to the session's (Spark's default where unset)
+        runner = Runner(flow, conf=conf | {"spark.sql.decimalOperations.allowPrecisionLoss":
+                                           "false"}, spark=spark)
+        assert runner.conf["spark.sql.decimalOperations.allowPrecisionLoss"] == "true"
+        result = runner.step({"t": table}, upto=1)
         want = spark.createDataFrame(table).selectExpr(*exprs).toArrow()
     finally:
         spark.conf.set("spark.sql.session.timeZone", "UTC")

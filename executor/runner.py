@@ -23,8 +23,8 @@ from pyspark.sql.types import LongType, StructField, StructType
 from executor import driver
 from executor.arrange.consolidate import consolidate
 from executor.arrange.encoding import Encoder, arrow_schema, check_collations
-from executor.arrange.spine import (STEP, Spine, as_frame, is_computed, materialise_all, output_log,
-                                    summed)
+from executor.arrange.spine import (STEP, Spine, as_frame, deferring, is_computed, materialise_all,
+                                    output_log, summed)
 from executor.arrange.trace import Trace
 from executor.durability.state import arrow_digest
 from executor.inputs import tables as input_tables
@@ -333,7 +333,12 @@ class Runner:
 
     def _run(self, step: SparkStep):
         """Every output's changes for the step, and every reduction's pending updates,
-        materialised as concurrent Spark jobs (none for what is known to be empty)."""
+        materialised as concurrent Spark jobs (none for what is known to be empty), with
+        what the step deferred (spine merges, batches no job read: spine.deferred)."""
+        with deferring() as later:
+            return self._run_deferring(step, later)
+
+    def _run_deferring(self, step: SparkStep, later: list):
         upto = step.upto
         built, idle = {}, set()
         for name, delta in self._build_all(step).items():
@@ -350,7 +355,8 @@ class Runner:
         jobs = [(name, df) for name, df in built.items()
                 if name not in idle and not is_computed(df)]  # a reduction's own result
         jobs += [(node, df) for node, df in step.pending.items() if df is not None]
-        done = dict(zip([k for k, _ in jobs], materialise_all([df for _, df in jobs], STEP)))
+        done = dict(zip([k for k, _ in jobs], materialise_all([df for _, df in jobs], STEP,
+                                                              later)))
         step.commits.update({node: done.get(node) for node in step.pending})
         changes, pending, logs = {}, {}, {}
         for name, df in built.items():
@@ -362,6 +368,7 @@ class Runner:
                 pending[name] = combined.where(F.col(TIME) >= upto)
             logs[name] = self._logs[name] if name in idle else \
                 self._logs[name].appended(changes[name])
+        materialise_all([], later=later)  # the logs' merges
         return changes, pending, logs
 
     # ------------------------------------------------------------------ reading outputs

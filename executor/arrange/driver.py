@@ -37,7 +37,7 @@ def mirror(step, node: ir.Arrange, trace: Trace, columns: list[str], nkeys: int,
     collection)."""
     if trace.mirror is None:
         conf = step.runner.conf
-        batches = trace.synced().spine.batches
+        batches = trace.synced().spine.counted().batches  # the decision needs true sizes
         records = sum(s for s, _ in batches)
         if not trace.mirrorable:
             raise Unsupported(f"{node.label()}: values without codes")

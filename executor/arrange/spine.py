@@ -1,21 +1,31 @@
 """A spine: the batches of an append-only collection of updates, merged geometrically.
 
-Like an LSM tree: once more than `slack` batches are held, a new batch merges with the last
-while the last is no larger than twice it (sizes in records, or in steps where counting
-would cost a job), so n appended units leave O(log n) batches and each unit is re-merged
-O(log n) times; up to `slack` small batches stay unmerged because each merge is a Spark job.
+Like an LSM tree with tiered compaction: batches of about one size (sizes in records, or in
+steps where counting would cost a job) gather in a tier, and once a tier holds `slack` of
+them they merge into one batch of the next tier, so n appended units leave
+O(slack log n / log slack) batches, each unit is re-merged O(log n / log slack) times, and a
+step merges once per about slack - 1 appends: each merge is a Spark job, so merges are few
+and a cascade through several tiers is one merge. (Merging the last two batches while the
+older was at most twice the newer, as before, merged 0.6 times per append: a pair of
+small batches left below a bigger one kept the tail merging.)
 Merging cuts lineage (localCheckpoint): without it, plans grow with every step until the
-driver runs out of heap.
+driver runs out of heap. A merge during a Spark step is `deferred`: computed by the first
+job that reads it, or at the step's end, concurrently with the step's outputs, rather than
+as a job of its own in the middle of the step.
 """
 from __future__ import annotations
 
-from functools import reduce
-from typing import Callable, Optional, TypeVar
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
+from functools import partial, reduce
+from typing import Callable, Iterator, Optional, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.util import inheritable_thread_target
 
 from executor.arrange.encoding import arrow_schema
 
@@ -77,16 +87,95 @@ def materialise_counted(df: DataFrame, storage: StorageLevel = STORAGE) -> tuple
     return materialise_with(df, DataFrame.count, storage)
 
 
-def materialise_all(frames: list[DataFrame], storage: StorageLevel = STORAGE) -> list[DataFrame]:
+def materialise_all(frames: list[DataFrame], storage: StorageLevel = STORAGE,
+                    later: list[DataFrame] = ()) -> list[DataFrame]:
     """Materialise several frames (a step's outputs) as concurrent Spark jobs, so their
-    scheduling overheads overlap. (One job over a tagged union of all frames was tried: its
-    tasks each carry every frame's plan, which is ruinous for plans with many joins.)"""
-    if len(frames) <= 1:
-        return [materialise(f, storage) for f in frames]
-    from concurrent.futures import ThreadPoolExecutor
+    scheduling overheads overlap, and compute those of the `deferred` frames `later` that no
+    job has computed yet in the same round. (One job over a tagged union of all frames was
+    tried: its tasks each carry every frame's plan, which is ruinous for plans with many
+    joins.)"""
+    work = [partial(materialise, f, storage) for f in frames] + \
+        [f.count for f in later if not _checkpointed(f)]
+    if len(work) <= 1:
+        return [w() for w in work][:len(frames)]
+    run = inheritable_thread_target(SparkSession.active())(lambda w: w())  # `deferring`'s rule
+    with ThreadPoolExecutor(max_workers=min(8, len(work))) as pool:
+        return list(pool.map(run, work))[:len(frames)]
 
-    with ThreadPoolExecutor(max_workers=min(8, len(frames))) as pool:
-        return list(pool.map(lambda f: materialise(f, storage), frames))
+
+_deferring: ContextVar[Optional[list]] = ContextVar("diffspark_deferred", default=None)
+
+
+# Spark marks a lazily checkpointed RDD checkpointed after a job that computed it, but not
+# one that it computed on the way to another checkpoint, unless this property is set: then
+# `_checkpointed` tells every deferred frame that a job of the step has computed.
+ALL_MARKED = "spark.checkpoint.checkpointAllMarkedAncestors"
+
+
+@contextmanager
+def deferring() -> Iterator[list[DataFrame]]:
+    """The frames `deferred` while inside: a Spark step computes them by its end
+    (materialise_all's `later`), so that whatever fails in computing them fails that step."""
+    context = SparkSession.active().sparkContext
+    before = context.getLocalProperty(ALL_MARKED)
+    context.setLocalProperty(ALL_MARKED, "true")
+    token = _deferring.set([])
+    try:
+        yield _deferring.get()
+    finally:
+        _deferring.reset(token)
+        context.setLocalProperty(ALL_MARKED, before)
+
+
+def deferred(df: DataFrame, storage: StorageLevel = STORAGE) -> DataFrame:
+    """`df` computed once and its lineage cut: inside `deferring`, by the first job that
+    reads it or else at the step's end; now otherwise."""
+    later = _deferring.get()
+    if later is None:
+        return materialise(df, storage)
+    frame = checkpoint(df, eager=False, storage=storage)
+    later.append(frame)
+    return frame
+
+
+def materialise_sized(df: DataFrame, rows: Optional[int]) -> tuple[DataFrame, int]:
+    """`df` materialised, and its size: inside `deferring` where `rows` estimates it,
+    deferred and that Estimate (no job of its own: a step's new batch is computed by the
+    operators that read it); else counted (one job)."""
+    if rows is None or _deferring.get() is None:
+        return materialise_counted(df)
+    return deferred(df), Estimate(max(1, rows))  # never 0: only a count says a batch is empty
+
+
+def _checkpointed(df: DataFrame) -> bool:
+    """Whether a lazily checkpointed frame was computed (by a job that read it)."""
+    return bool(df._jdf.queryExecution().analyzed().rdd().isCheckpointed())
+
+
+class Estimate(int):
+    """A batch's size in records that was not counted: what the step that made it expected
+    (a step's arranged batch is computed by the first job that reads it, so counting it
+    would cost a job of its own), at least 1, as a size of 0 tells an empty batch that is
+    left out. Good enough to merge by; `Spine.counted` makes it exact where a decision or a
+    report needs the true figure."""
+
+
+def _merged_from(sizes: list[int], slack: int) -> int:
+    """Where the batches of `sizes` that merge now begin (len(sizes) - 1: none merge): the
+    newest batch's tier (it and the older batches in a row under `slack` times the tier's
+    smallest) merges once it holds `slack` batches, and so on up while the merged batch
+    completes its own tier."""
+    sizes, first = list(sizes), len(sizes) - 1
+    while len(sizes) >= slack:
+        run, low = 1, max(1, sizes[-1])
+        while run < len(sizes) and sizes[-run - 1] < slack * low:
+            low = min(low, max(1, sizes[-run - 1]))
+            run += 1
+        if run < slack:
+            break
+        first = min(first, len(sizes) - run)
+        sizes[-run:] = [sum(sizes[-run:])]
+    return first
 
 
 class Spine:
@@ -96,9 +185,9 @@ class Spine:
     def __init__(self, merge: Optional[Callable[[DataFrame, int], tuple[DataFrame, int]]] = None,
                  slack: int = 8, combine: Callable = DataFrame.unionByName, fresh: int = 0):
         self.batches: list[tuple[int, DataFrame]] = []
-        # (union of two batches, their summed size) -> (materialised batch, its size); a
-        # trace's merge compacts and consolidates, so the size can shrink
-        self.merge = merge or (lambda df, size: (materialise(df), size))
+        # (union of the batches that merge, their summed size) -> (materialised batch, its
+        # size); a trace's merge compacts and consolidates, so the size can shrink
+        self.merge = merge or (lambda df, size: (deferred(df), size))
         self.slack = slack
         self.combine = combine
         self.fresh = fresh  # the newest batches, never merged (a merge may rewrite times)
@@ -108,13 +197,20 @@ class Spine:
         out = Spine(self.merge, self.slack, self.combine, self.fresh)
         batches = self.batches + [(size, batch)]
         top = len(batches) - self.fresh
-        while top > self.slack and batches[top - 2][0] <= 2 * batches[top - 1][0]:
-            (s1, b1), (s2, b2) = batches[top - 2:top]
-            merged, size = self.merge(self.combine(b1, b2), s1 + s2)
-            batches[top - 2:top] = [(size, merged)]
-            top -= 1
+        first = _merged_from([s for s, _ in batches[:top]], max(2, self.slack))
+        if first < top - 1:  # however many tiers cascade: one merge (one Spark job)
+            merged, size = self.merge(reduce(self.combine, [b for _, b in batches[first:top]]),
+                                      sum(s for s, _ in batches[first:top]))
+            batches[first:top] = [(size, merged)]
         out.batches = batches
         return out
+
+    def counted(self) -> "Spine":
+        """This spine with every Estimate replaced, in place, by its batch's count (a job
+        each, once)."""
+        self.batches = [(as_frame(b).count() if isinstance(s, Estimate) else s, b)
+                        for s, b in self.batches]
+        return self
 
     def union(self) -> Optional[DataFrame]:
         table = self.table()
@@ -166,7 +262,7 @@ def _log_combine(a, b):
 
 
 def _log_merge(batch, size: int):
-    return (batch, size) if isinstance(batch, pa.Table) else (materialise(batch), size)
+    return (batch, size) if isinstance(batch, pa.Table) else (deferred(batch), size)
 
 
 def summed(table: pa.Table, records: list[str], aggregates: list[tuple[str, str]],
@@ -204,7 +300,7 @@ def _log_compact(batch, size: int):
     grouped = (frame.groupBy(*[F.col(f"`{c}`") for c in records])
                .agg(F.max(TIME).alias(TIME), F.sum(DIFF).alias(DIFF))
                .where(F.col(DIFF) != 0).select(*[F.col(f"`{c}`") for c in frame.columns]))
-    return materialise(grouped), size
+    return deferred(grouped), size
 
 
 def output_log(history: str = "all") -> Spine:

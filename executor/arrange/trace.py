@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame, SparkSession, functions as F
 
 from executor.arrange import buckets
 from executor.arrange.mirror import Mirror
-from executor.arrange.spine import Spine, materialise_counted
+from executor.arrange.spine import Spine, materialise_sized
 from executor.operators.linear.spark import q, record_columns
 from executor.time import DIFF
 
@@ -30,7 +30,9 @@ def arrange(df: DataFrame, keys: list[str], time_cols: list[str], partitions: in
             backend: str = "numpy") -> tuple[DataFrame, int]:
     """The arranged (and, given `since`, compacted) form of an update stream, materialised,
     and its record count; `rows`, how many updates it is expected to hold (None: not known),
-    picks the kernel (on `backend`) or the SQL aggregate (buckets.method)."""
+    picks the kernel (on `backend`) or the SQL aggregate (buckets.method). In a Spark step
+    the aggregate's batch is deferred (computed by the job that first reads it, or at the
+    step's end) and `rows` stands for its size where known (spine.materialise_sized)."""
     records = record_columns(df, time_cols)
     values = [c for c in records if c not in keys]
     if since is not None:
@@ -39,7 +41,8 @@ def arrange(df: DataFrame, keys: list[str], time_cols: list[str], partitions: in
         return buckets.arrange(df, keys, records, time_cols, partitions, backend)
     consolidated = (buckets.bucketed(df, keys, partitions).groupBy(*map(q, records + time_cols))
                     .agg(F.sum(DIFF).alias(DIFF)).where(F.col(DIFF) != 0))
-    return materialise_counted(consolidated.sortWithinPartitions(*map(q, keys + values + time_cols)))
+    return materialise_sized(
+        consolidated.sortWithinPartitions(*map(q, keys + values + time_cols)), rows)
 
 
 @dataclass
@@ -150,7 +153,8 @@ class Trace:
         while Spark's batches are stale (nothing is synced to count them), after Spark's
         batches for a mirror over them (`remote_records`: what it left there)."""
         remote = self.mirror.remote if self.mirror is not None else None
-        sizes = [s for s, _ in self.spine.batches] if remote or not self.stale else []
+        sizes = [s for s, _ in self.spine.counted().batches] if remote or not self.stale \
+            else []
         held = sum(_bytes(b) for _, b in self.spine.batches) if sizes else 0
         if self.stale:
             sizes += [s for s, _ in self.mirror.spine.batches]

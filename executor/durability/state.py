@@ -382,7 +382,7 @@ class Store:
                     "kind": "trace", "keys": list(value.keys),
                     "time_cols": list(value.time_cols), "since": value.since,
                     "upper": value.upper,
-                    "batches": [batch(b, s, value) for s, b in value.spine.batches] +
+                    "batches": [batch(b, s, value) for s, b in value.spine.counted().batches] +
                                [batch(decode, s, value) for s, decode in value.unsynced]}
             else:
                 entries[self.keys(entry)] = {"kind": "pending", "frame": fid(value)}

@@ -37,7 +37,7 @@ from pyspark.sql.types import DecimalType, StructType
 
 from executor.arrange.consolidate import consolidate
 from executor.arrange.encoding import INTEGRAL
-from executor.arrange.spine import STEP, Spine, checkpoint, materialise
+from executor.arrange.spine import STEP, Spine, checkpoint, deferred
 from executor.operators.linear.spark import q
 from executor.operators.reduce.keyed import of_keys, signed
 from executor.time import DIFF, TIME
@@ -272,7 +272,7 @@ def _merged(kq: list[str], terms: list[tuple]):
     """The spine's merge: two batches' totals summed per key (rows whose totals are all zero
     stay: they mark a key seen, whose emptiness only its group can tell)."""
     def merge(df: DataFrame, size: int):
-        return materialise(_summed(df.groupBy(*kq), terms)), size
+        return deferred(_summed(df.groupBy(*kq), terms)), size
     return merge
 
 

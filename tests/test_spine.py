@@ -1,4 +1,4 @@
-"""The spine's merge policy (tiered: few merges, each one Spark job) and the merges a Spark
+"""The tiered spine's merge policy (few merges, each one Spark job) and the merges a Spark
 step defers to its end (executor/arrange/spine.py)."""
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _appended(sizes: list[int], slack: int) -> tuple[Spine, list[int]]:
         merges.append(len(units))
         return units, size
 
-    spine = Spine(merge, slack=slack, combine=lambda a, b: a + b)
+    spine = Spine(merge, slack=slack, combine=lambda a, b: a + b, tiered=True)
     for i, size in enumerate(sizes):
         spine = spine.appended((i,), size)
     return spine, merges

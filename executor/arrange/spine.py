@@ -1,13 +1,15 @@
 """A spine: the batches of an append-only collection of updates, merged geometrically.
 
-Like an LSM tree with tiered compaction: batches of about one size (sizes in records, or in
-steps where counting would cost a job) gather in a tier, and once a tier holds `slack` of
-them they merge into one batch of the next tier, so n appended units leave
-O(slack log n / log slack) batches, each unit is re-merged O(log n / log slack) times, and a
-step merges once per about slack - 1 appends: each merge is a Spark job, so merges are few
-and a cascade through several tiers is one merge. (Merging the last two batches while the
-older was at most twice the newer, as before, merged 0.6 times per append: a pair of
-small batches left below a bigger one kept the tail merging.)
+Like an LSM tree, in one of two ways. By default a new batch merges with the last while the
+last is no larger than twice it (sizes in records), once more than `slack` batches are held:
+O(log n) batches, each unit re-merged O(log n) times; right where a merge costs what it
+moves (the driver's array runs). `tiered` where each merge is a Spark job (a trace's
+batches, a reduction's running totals): batches of about one size (in records, or in steps
+where counting would cost a job) gather in a tier, and once a tier holds `slack` of them
+they merge into one batch of the next tier, a cascade through several tiers in one merge,
+so a step merges once per about slack - 1 appends (the default rule merged 0.6 times per
+append of one unit after a big batch: a pair of small batches left below a bigger one kept
+the tail merging) and holds O(slack log n / log slack) batches.
 Merging cuts lineage (localCheckpoint): without it, plans grow with every step until the
 driver runs out of heap. A merge during a Spark step is `deferred`: computed by the first
 job that reads it, or at the step's end, concurrently with the step's outputs, rather than
@@ -160,9 +162,9 @@ class Estimate(int):
     report needs the true figure."""
 
 
-def _merged_from(sizes: list[int], slack: int) -> int:
-    """Where the batches of `sizes` that merge now begin (len(sizes) - 1: none merge): the
-    newest batch's tier (it and the older batches in a row under `slack` times the tier's
+def _tier_from(sizes: list[int], slack: int) -> int:
+    """Where the batches of `sizes` that merge now begin in a tiered spine (len(sizes) - 1:
+    none merge): the newest batch's tier (it and the older batches in a row under `slack` times the tier's
     smallest) merges once it holds `slack` batches, and so on up while the merged batch
     completes its own tier."""
     sizes, first = list(sizes), len(sizes) - 1
@@ -183,7 +185,8 @@ class Spine:
     driver mirror's array runs, executor/arrange/mirror.py)."""
 
     def __init__(self, merge: Optional[Callable[[DataFrame, int], tuple[DataFrame, int]]] = None,
-                 slack: int = 8, combine: Callable = DataFrame.unionByName, fresh: int = 0):
+                 slack: int = 8, combine: Callable = DataFrame.unionByName, fresh: int = 0,
+                 tiered: bool = False):
         self.batches: list[tuple[int, DataFrame]] = []
         # (union of the batches that merge, their summed size) -> (materialised batch, its
         # size); a trace's merge compacts and consolidates, so the size can shrink
@@ -191,13 +194,22 @@ class Spine:
         self.slack = slack
         self.combine = combine
         self.fresh = fresh  # the newest batches, never merged (a merge may rewrite times)
+        self.tiered = tiered
 
     def appended(self, batch: DataFrame, size: int = 1) -> "Spine":
         """A new spine with `batch` added (the old one is left intact: steps commit whole)."""
-        out = Spine(self.merge, self.slack, self.combine, self.fresh)
+        out = Spine(self.merge, self.slack, self.combine, self.fresh, self.tiered)
         batches = self.batches + [(size, batch)]
         top = len(batches) - self.fresh
-        first = _merged_from([s for s, _ in batches[:top]], max(2, self.slack))
+        if not self.tiered:
+            while top > self.slack and batches[top - 2][0] <= 2 * batches[top - 1][0]:
+                (s1, b1), (s2, b2) = batches[top - 2:top]
+                merged, size = self.merge(self.combine(b1, b2), s1 + s2)
+                batches[top - 2:top] = [(size, merged)]
+                top -= 1
+            out.batches = batches
+            return out
+        first = _tier_from([s for s, _ in batches[:top]], max(2, self.slack))
         if first < top - 1:  # however many tiers cascade: one merge (one Spark job)
             merged, size = self.merge(reduce(self.combine, [b for _, b in batches[first:top]]),
                                       sum(s for s, _ in batches[first:top]))

@@ -82,7 +82,7 @@ class Trace:
 
     def __post_init__(self):
         if self.spine is None:
-            self.spine = Spine(slack=4)
+            self.spine = Spine(slack=4, tiered=True)
 
     @property
     def batches(self) -> list[DataFrame]:
@@ -93,7 +93,8 @@ class Trace:
         if self.stale:
             # a mirror over Spark batches (Mirror.over) holds only the driver's steps' updates:
             # they go after those batches, which are still the trace's spine
-            kept = self._spine(self.since) if self.mirror.remote else Spine(slack=self.spine.slack)
+            kept = self._spine(self.since) if self.mirror.remote else \
+                Spine(slack=self.spine.slack, tiered=True)
             size = self.mirror.local_size
             if size:
                 frame = SparkSession.active().createDataFrame(self.mirror.table())
@@ -107,7 +108,7 @@ class Trace:
     def _spine(self, since: int) -> Spine:
         keys, times, parts, backend = self.keys, self.time_cols, self.partitions, self.backend
         spine = Spine(lambda df, rows: arrange(df, keys, times, parts, since, rows, backend),
-                      slack=self.spine.slack)
+                      slack=self.spine.slack, tiered=True)
         spine.batches = list(self.spine.batches)
         return spine
 
@@ -142,7 +143,7 @@ class Trace:
         stale = self.stale or mirror is not self.mirror
         spine, unsynced = self.spine, _merged(self.unsynced, delta)
         if stale and not mirror.remote and sum(n for n, _ in unsynced) > mirror.size:
-            spine = Spine(slack=self.spine.slack)  # readers of a stale trace use the mirror
+            spine = Spine(slack=self.spine.slack, tiered=True)  # readers use the mirror
             unsynced = ((mirror.size, mirror.table),) if mirror.size else ()
         return Trace(self.keys, self.time_cols, self.partitions, spine, since, upper,
                      self.holds, mirror, stale=stale, unsynced=unsynced,

@@ -290,7 +290,8 @@ class Store:
             self.frames[id(out)], self.buckets[fid] = (out, fid), buckets
             return out
 
-        spine = Spine(slack=4)  # batches: [file id, records, buckets] (no buckets: plain)
+        # batches: [file id, records, buckets] (no buckets: plain)
+        spine = Spine(slack=4, tiered=True)
         spine.batches = [(b[1], arranged(b[0], b[2] if len(b) > 2 else 0))
                          for b in record["batches"]]
         return Trace(keys, times, self.partitions, spine, record["since"], record["upper"],

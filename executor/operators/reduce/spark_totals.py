@@ -260,7 +260,7 @@ def _over_times(rows: DataFrame, kq: list[str], terms: list[tuple]) -> DataFrame
 def _rebuilt(view, frontier: int, kq: list[str], terms: list[tuple], kinds: dict) -> Totals:
     """The totals of every key from the trace's batches before `frontier` (once, after a
     step that did not keep them: the first, a driver step, a resume)."""
-    spine = Spine(_merged(kq, terms), slack=4)
+    spine = Spine(_merged(kq, terms), slack=4, tiered=True)
     if not view.old:
         return Totals(spine, frontier)
     rows = fold(DataFrame.union, view.old).where(F.col(TIME) < frontier)

@@ -164,9 +164,9 @@ class Estimate(int):
 
 def _tier_from(sizes: list[int], slack: int) -> int:
     """Where the batches of `sizes` that merge now begin in a tiered spine (len(sizes) - 1:
-    none merge): the newest batch's tier (it and the older batches in a row under `slack` times the tier's
-    smallest) merges once it holds `slack` batches, and so on up while the merged batch
-    completes its own tier."""
+    none merge): the newest batch's tier (it and the older batches in a row under `slack`
+    times the tier's smallest) merges once it holds `slack` batches, and so on up while the
+    merged batch completes its own tier."""
     sizes, first = list(sizes), len(sizes) - 1
     while len(sizes) >= slack:
         run, low = 1, max(1, sizes[-1])

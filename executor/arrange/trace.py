@@ -45,6 +45,14 @@ def arrange(df: DataFrame, keys: list[str], time_cols: list[str], partitions: in
         consolidated.sortWithinPartitions(*map(q, keys + values + time_cols)), rows)
 
 
+SLACK = 4  # a trace's small batches before a merge (a Spark job)
+
+
+def batch_spine(merge=None, slack: int = SLACK) -> Spine:
+    """A spine of a trace's Spark batches: tiered, as each merge is a Spark job."""
+    return Spine(merge, slack=slack, tiered=True)
+
+
 @dataclass
 class Trace:
     """A spine of arranged batches with the frontiers `since` (times below it are advanced
@@ -82,7 +90,7 @@ class Trace:
 
     def __post_init__(self):
         if self.spine is None:
-            self.spine = Spine(slack=4, tiered=True)
+            self.spine = batch_spine()
 
     @property
     def batches(self) -> list[DataFrame]:
@@ -94,7 +102,7 @@ class Trace:
             # a mirror over Spark batches (Mirror.over) holds only the driver's steps' updates:
             # they go after those batches, which are still the trace's spine
             kept = self._spine(self.since) if self.mirror.remote else \
-                Spine(slack=self.spine.slack, tiered=True)
+                batch_spine(slack=self.spine.slack)
             size = self.mirror.local_size
             if size:
                 frame = SparkSession.active().createDataFrame(self.mirror.table())
@@ -107,8 +115,8 @@ class Trace:
 
     def _spine(self, since: int) -> Spine:
         keys, times, parts, backend = self.keys, self.time_cols, self.partitions, self.backend
-        spine = Spine(lambda df, rows: arrange(df, keys, times, parts, since, rows, backend),
-                      slack=self.spine.slack, tiered=True)
+        spine = batch_spine(lambda df, rows: arrange(df, keys, times, parts, since, rows,
+                                                     backend), self.spine.slack)
         spine.batches = list(self.spine.batches)
         return spine
 
@@ -143,7 +151,7 @@ class Trace:
         stale = self.stale or mirror is not self.mirror
         spine, unsynced = self.spine, _merged(self.unsynced, delta)
         if stale and not mirror.remote and sum(n for n, _ in unsynced) > mirror.size:
-            spine = Spine(slack=self.spine.slack, tiered=True)  # readers use the mirror
+            spine = batch_spine(slack=self.spine.slack)  # readers of a stale trace use the mirror
             unsynced = ((mirror.size, mirror.table),) if mirror.size else ()
         return Trace(self.keys, self.time_cols, self.partitions, spine, since, upper,
                      self.holds, mirror, stale=stale, unsynced=unsynced,

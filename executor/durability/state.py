@@ -59,7 +59,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from executor.arrange.spine import Spine, checkpoint, output_log
-from executor.arrange.trace import Trace
+from executor.arrange.trace import Trace, batch_spine
 from executor.durability import layout as state_layout
 from executor.runtime.errors import InputError, StateError
 from executor.time import TIME
@@ -290,8 +290,7 @@ class Store:
             self.frames[id(out)], self.buckets[fid] = (out, fid), buckets
             return out
 
-        # batches: [file id, records, buckets] (no buckets: plain)
-        spine = Spine(slack=4, tiered=True)
+        spine = batch_spine()  # batches: [file id, records, buckets] (no buckets: plain)
         spine.batches = [(b[1], arranged(b[0], b[2] if len(b) > 2 else 0))
                          for b in record["batches"]]
         return Trace(keys, times, self.partitions, spine, record["since"], record["upper"],

@@ -102,6 +102,35 @@ def test_arranged_join_has_no_exchange_and_no_sort(spark):
     assert df.count() == sum(1 for i in range(50) for i2 in range(50) if i % 7 == i2 % 5)
 
 
+def test_an_arranged_join_output_keeps_its_partitioning(spark):
+    """A join's output names its columns by aliases (`l.x AS x`) that the optimizer drops as
+    redundant; a checkpoint of it, arranged by another column, declared its partitioning in
+    the dropped attributes, so every reader (a reduction by that key) shuffled it again.
+    With RemoveRedundantAliases excluded (configs/*.conf) it is read as it lies."""
+    from pyspark.sql import functions as F
+
+    from executor.arrange.trace import arrange
+    from executor.operators.join import spark as join
+    from plans import ir
+
+    a, _ = arrange(updates_df(spark, "k BIGINT, x BIGINT", [((i % 7, i % 4), 0, 1)
+                                                            for i in range(50)]), ["k"], ["time"], 2)
+    b, _ = arrange(updates_df(spark, "k BIGINT, y BIGINT", [((i % 5, i), 0, 1)
+                                                            for i in range(50)]), ["k"], ["time"], 2)
+    j = ir.Join(ir.Input("a", "k BIGINT"), ir.Input("b", "k BIGINT"), ("k",))
+    joined = join.pair(j, a, b, ["time"], join.output_columns(j, ["k", "x"], ["k", "y"]))
+    by_x, _ = arrange(joined, ["x"], ["time"], 2)
+    counted = by_x.groupBy("x").agg(F.sum("diff").alias("n"))
+    plan = counted._jdf.queryExecution().executedPlan().toString()
+    assert "Exchange" not in plan, plan
+    expected = {}
+    for i in range(50):
+        for i2 in range(50):
+            if i % 7 == i2 % 5:
+                expected[i % 4] = expected.get(i % 4, 0) + 1
+    assert {r["x"]: r["n"] for r in counted.collect()} == expected
+
+
 def test_arranged_batches_are_kept_serialized(spark):
     """A trace's checkpointed batch sits in the block manager serialized (Kryo, spilling to
     disk), a fraction of the size of row objects, and keeps the partitioning joins use."""

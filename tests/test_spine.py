@@ -5,8 +5,10 @@ from __future__ import annotations
 import random
 from contextlib import contextmanager
 
-from executor.arrange.spine import (Estimate, Spine, _checkpointed, deferred, deferring,
-                                    materialise_all)
+import pytest
+
+from executor.arrange.spine import (Estimate, Spine, _checkpointed, checkpoint, deferred,
+                                    deferring, is_computed, materialise_all, projected)
 from executor.runner import Runner
 from plans import Dataflow
 from tests.conftest import updates_df
@@ -58,6 +60,89 @@ def test_deferred_frames_are_computed_by_the_steps_end_and_at_once_outside_one(s
         assert later == [frame] and not _checkpointed(frame)
         assert materialise_all([], later=later) == []
         assert _checkpointed(frame) and frame.count() == 7
+
+
+def test_a_projection_of_a_checkpoint_is_computed_once_a_job_computed_it(spark):
+    """A reduction's changes are projected from its running totals' checkpoint: marked so,
+    they need no job of their own once a job of the step has computed it, and one while it
+    is lazy. An unmarked projection (an output's map, which can fail) still needs one."""
+    from pyspark.sql import functions as F
+
+    lazy = checkpoint(spark.range(6).repartition(2).withColumn("x", F.col("id") * 2),
+                      eager=False)
+
+    def pairs_of(frame):
+        return frame.select("id", F.inline(F.array(F.struct(F.col("x").alias("y"), F.lit(1)
+                                                            .alias("d"))))).select(
+            "id", (F.col("y") + 1).alias("y"), "d")
+
+    pairs, unmarked = projected(pairs_of(lazy)), pairs_of(lazy)
+    assert is_computed(lazy) and not is_computed(pairs)  # nothing has computed it yet
+    assert lazy.where("x > 4").count() == 3
+    assert is_computed(pairs) and not is_computed(unmarked)
+    assert sorted(r["y"] for r in pairs.collect()) == [1, 3, 5, 7, 9, 11]
+    assert not is_computed(projected(spark.range(3).select((F.col("id") + 1).alias("y"))))
+    assert not is_computed(projected(pairs.groupBy("d").count()))  # a pass that shuffles
+
+
+def test_a_sums_changes_come_from_its_totals_job(spark, conf):
+    """On the Spark placement, a step of one time computes a sum's changes with its
+    running totals, in one job: the output is a projection of that job's checkpoint (no
+    job materialises it) unless a group's totals cannot decide it (a group emptied: it is
+    regrouped), and stays the oracle's either way."""
+    from decimal import Decimal
+
+    flow = Dataflow()
+    xs = flow.input("xs", "k BIGINT, v DECIMAL(10,2)")
+    flow.output("s", xs.arrange_by_key("k").sum("v", by=["k"]))
+    runner = Runner(flow, conf=conf | {"diffspark.host.step_rows": "0"}, spark=spark)
+    present: dict = {}
+    for t in range(5):
+        # key 7 comes at the first step and goes at the second (its group empties)
+        rows = [((t % 3, Decimal(f"{t}.25")), t, 1)] + \
+            ([((7, Decimal("1.00")), t, 1 - 2 * t)] if t < 2 else [])
+        for (k, v), _, d in rows:
+            present[(k, v)] = present.get((k, v), 0) + d
+        result = runner.step({"xs": updates_df(spark, "k BIGINT, v DECIMAL(10,2)", rows)},
+                             upto=t + 1)
+        assert result.placement == "spark"
+        plan = result.changes["s"]._jdf.queryExecution().analyzed()
+        if t > 1:  # totals kept, no group emptied
+            assert plan.getClass().getSimpleName() == "Project" and \
+                is_computed(result.changes["s"]), (t, plan.toString())
+        sums: dict = {}
+        for (k, v), m in present.items():
+            if m:
+                sums[k] = sums.get(k, Decimal(0)) + v * m
+        got = {(r["k"], r["v"]) for r in runner.snapshot("s", t).collect()}
+        assert got == set(sums.items()), t
+
+
+def test_a_sum_past_its_type_fails_its_step_not_a_later_read(spark, conf):
+    """A sum's changes are read from its totals' checkpoint, so the casts to the output's
+    type run in the step's job: a total past DECIMAL(20, 2) (ANSI: an error, as in Spark)
+    refuses the step and changes nothing, rather than committing it and failing whoever
+    reads the changes later (it did, once the output needed no job of its own)."""
+    from decimal import Decimal
+
+    from executor import StepError
+
+    flow = Dataflow()
+    xs = flow.input("xs", "k BIGINT, v DECIMAL(10,2)")
+    flow.output("s", xs.arrange_by_key("k").sum("v", by=["k"]))
+    runner = Runner(flow, conf=conf | {"diffspark.host.step_rows": "0"}, spark=spark)
+    assert spark.conf.get("spark.sql.ansi.enabled") == "true"
+    schema = "k BIGINT, v DECIMAL(10,2)"
+    runner.step({"xs": updates_df(spark, schema, [((1, Decimal("5.00")), 0, 1)])}, upto=1)
+    huge = [((1, Decimal("99999999.99")), 1, 10 ** 11)]
+    with pytest.raises(StepError, match="NUMERIC_VALUE_OUT_OF_RANGE"):
+        runner.step({"xs": updates_df(spark, schema, huge)}, upto=2)
+    assert runner.frontier == 1
+    result = runner.step({"xs": updates_df(spark, schema, [((1, Decimal("1.50")), 1, 1)])},
+                         upto=2)
+    assert result.placement == "spark"
+    assert {(r["k"], r["v"]) for r in runner.snapshot("s", 1).collect()} == \
+        {(1, Decimal("6.50"))}
 
 
 def test_a_spark_steps_batches_are_not_counted_and_the_stats_are_exact(spark, conf,

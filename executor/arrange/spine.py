@@ -17,6 +17,7 @@ as a job of its own in the middle of the step.
 """
 from __future__ import annotations
 
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -71,9 +72,31 @@ def detached(df: DataFrame) -> DataFrame:
 
 def is_computed(df: DataFrame) -> bool:
     """Whether `df` needs no job to be read once: rows held by the driver's plan
-    (createDataFrame) or a checkpoint (an operator that materialised its own result)."""
-    return df._jdf.queryExecution().analyzed().getClass().getSimpleName() in (
-        "LocalRelation", "LogicalRDD")
+    (createDataFrame) or a checkpoint (an operator that materialised its own result), or
+    one marked `projected` once a job has computed its checkpoint."""
+    plan = df._jdf.queryExecution().analyzed()
+    kind = plan.getClass().getSimpleName()
+    if kind in ("LocalRelation", "LogicalRDD"):
+        return True
+    if df not in _projected:
+        return False
+    while kind in ("Project", "Generate"):
+        plan = plan.child()
+        kind = plan.getClass().getSimpleName()
+    return kind == "LogicalRDD" and bool(plan.rdd().isCheckpointed())
+
+
+# Frames read in one pass from a checkpoint whose job computed every value they hold (a
+# reduction's changes from its running totals, casts included: spark_totals.py), so that
+# reading them later can neither fail nor cost more than the read. Other projections
+# (an output's map, whose division by zero fails under ANSI) are materialised in the step.
+_projected: "weakref.WeakSet[DataFrame]" = weakref.WeakSet()
+
+
+def projected(df: DataFrame) -> DataFrame:
+    """Mark `df` as such a projection (is_computed)."""
+    _projected.add(df)
+    return df
 
 
 def materialise_with(df: DataFrame, action: Callable[[DataFrame], T],

@@ -37,13 +37,13 @@ from pyspark.sql.types import DecimalType, StructType
 
 from executor.arrange.consolidate import consolidate
 from executor.arrange.encoding import INTEGRAL
-from executor.arrange.spine import STEP, Spine, checkpoint, deferred
+from executor.arrange.spine import STEP, Spine, checkpoint, deferred, projected
 from executor.operators.linear.spark import q
 from executor.operators.reduce.keyed import of_keys, signed
 from executor.time import DIFF, TIME
 from plans import ir
 
-SEEN, NEXT = "__seen", "__next"
+SEEN, NEXT, OUT = "__seen", "__next", "__out"
 LONG = 2 ** 63 - 1
 BROADCAST_ROWS = 100_000  # unsure keys beyond it are joined by a shuffle, not broadcast
 
@@ -204,10 +204,14 @@ def changes(node: ir.Reduce, ready: DataFrame, frontier: int, held: list[DataFra
     doubt = _unsure(node, terms, kinds, "now")
     if single:  # the result retracted is decided by the totals before
         doubt = doubt | (F.col(SEEN) & _unsure(node, terms, kinds, "before"))
+        # each key's changes are computed with its totals, by the same job: the step's
+        # output is then a projection of that job's checkpoint (no job of its own)
+        running = running.withColumn(OUT, _changes(node, terms, schema))
     # one job computes the running totals (kept) and counts the rows they cannot decide
     running = checkpoint(running.withColumn("__unsure", doubt), eager=False, storage=STEP)
     unsure = running.where("__unsure").count()
-    out = emitted(node, running, keys, terms, frontier, schema)
+    out = projected(_inlined(running, keys, frontier, schema)) if single else \
+        emitted(node, running, keys, terms, frontier, schema)
     added = _added(running, kq, terms, single)
     if not unsure:
         return out, added
@@ -332,17 +336,29 @@ def _changed(node: ir.Reduce, running: DataFrame, keys: list[str], terms: list[t
     where the two differ, so the changes are consolidated (two keys' records differ in
     their key). One pass over the rows. Rows of unsure keys come out too; the caller
     replaces them."""
+    return _inlined(running.withColumn(OUT, _changes(node, terms, schema)), keys, frontier,
+                    schema)
+
+
+def _changes(node: ir.Reduce, terms: list[tuple], schema: StructType):
+    """A row's changes in a step of one time (`_changed`), as an array of (value columns,
+    diff) structs of `schema`'s types: the casts are done where the array is computed."""
     now, exists_now = _result(node, terms, "now", schema)
     before, exists_before = _result(node, terms, "before", schema)
     exists_before = F.col(SEEN) & exists_before
     differ = fold(lambda a, b: a | b, [~now[n].eqNullSafe(before[n]) for n in now],
                   exists_now != exists_before)
     one = F.lit(1).cast("bigint")
-    emitted = F.array_compact(F.array(
+    return F.array_compact(F.array(
         F.when(exists_now & differ, F.struct(*_named(now), one.alias(DIFF))),
         F.when(exists_before & differ, F.struct(*_named(before), (-one).alias(DIFF)))))
+
+
+def _inlined(running: DataFrame, keys: list[str], frontier: int,
+             schema: StructType) -> DataFrame:
+    """The changes held in `running`'s OUT column (`_changes`), one row each, at `frontier`."""
     at = F.lit(frontier).cast("bigint").alias(TIME)
-    return _cast(running.select(*map(q, keys), F.inline(emitted), at), schema)
+    return _cast(running.select(*map(q, keys), F.inline(F.col(OUT)), at), schema)
 
 
 def _named(values: dict) -> list:

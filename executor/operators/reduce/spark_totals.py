@@ -196,22 +196,24 @@ def changes(node: ir.Reduce, ready: DataFrame, frontier: int, held: list[DataFra
         rows = rows.unionByName(base.select(*rows.columns))
     running = _per_key(rows, kq, terms, bool(held)) if single else \
         _over_times(rows, kq, terms)
-    emitted = _changed if single else _emitted
+    if single:  # each key's changes, computed with its totals by the same job: the step's
+        # output is a projection of that job's checkpoint (no job of its own)
+        running = running.withColumn(OUT, _changes(node, terms, schema))
+
+    def emitted(computed: DataFrame) -> DataFrame:
+        return projected(_inlined(computed, keys, frontier, schema)) if single else \
+            _emitted(node, computed, keys, terms, frontier, schema)
+
     if node.reduction.kind == "count":  # always decided: the rows are computed lazily
         running = checkpoint(running, eager=False, storage=STEP)
-        return (emitted(node, running, keys, terms, frontier, schema),
-                _added(running, kq, terms, single))
+        return emitted(running), _added(running, kq, terms, single)
     doubt = _unsure(node, terms, kinds, "now")
     if single:  # the result retracted is decided by the totals before
         doubt = doubt | (F.col(SEEN) & _unsure(node, terms, kinds, "before"))
-        # each key's changes are computed with its totals, by the same job: the step's
-        # output is then a projection of that job's checkpoint (no job of its own)
-        running = running.withColumn(OUT, _changes(node, terms, schema))
     # one job computes the running totals (kept) and counts the rows they cannot decide
     running = checkpoint(running.withColumn("__unsure", doubt), eager=False, storage=STEP)
     unsure = running.where("__unsure").count()
-    out = projected(_inlined(running, keys, frontier, schema)) if single else \
-        emitted(node, running, keys, terms, frontier, schema)
+    out = emitted(running)
     added = _added(running, kq, terms, single)
     if not unsure:
         return out, added
@@ -330,19 +332,12 @@ def _emitted(node: ir.Reduce, running: DataFrame, keys: list[str], terms: list[t
                                               F.inline(emitted)), schema)
 
 
-def _changed(node: ir.Reduce, running: DataFrame, keys: list[str], terms: list[tuple],
-             frontier: int, schema: StructType) -> DataFrame:
-    """A step of one time: per key, the result before retracted and the result now inserted
-    where the two differ, so the changes are consolidated (two keys' records differ in
-    their key). One pass over the rows. Rows of unsure keys come out too; the caller
-    replaces them."""
-    return _inlined(running.withColumn(OUT, _changes(node, terms, schema)), keys, frontier,
-                    schema)
-
-
 def _changes(node: ir.Reduce, terms: list[tuple], schema: StructType):
-    """A row's changes in a step of one time (`_changed`), as an array of (value columns,
-    diff) structs of `schema`'s types: the casts are done where the array is computed."""
+    """A row's changes in a step of one time, as an array of (value columns, diff) structs
+    of `schema`'s types (the casts are done where the array is computed): per key, the
+    result before retracted and the result now inserted where the two differ, so the
+    changes are consolidated (two keys' records differ in their key). Rows of unsure keys
+    have changes too; the caller replaces them."""
     now, exists_now = _result(node, terms, "now", schema)
     before, exists_before = _result(node, terms, "before", schema)
     exists_before = F.col(SEEN) & exists_before

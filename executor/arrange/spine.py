@@ -4,21 +4,22 @@ Like an LSM tree, in one of two ways. By default a new batch merges with the las
 last is no larger than twice it (sizes in records), once more than `slack` batches are held:
 O(log n) batches, each unit re-merged O(log n) times; right where a merge costs what it
 moves (the driver's array runs). `tiered` where each merge is a Spark job (a trace's
-batches, a reduction's running totals): batches of about one size (in records, or in steps
+batches, a reduction's running totals, an output log's Spark frames): batches of about one size (in records, or in steps
 where counting would cost a job) gather in a tier, and once a tier holds `slack` of them
 they merge into one batch of the next tier, a cascade through several tiers in one merge,
 so a step merges once per about slack - 1 appends (the default rule merged 0.6 times per
 append of one unit after a big batch: a pair of small batches left below a bigger one kept
 the tail merging) and holds O(slack log n / log slack) batches.
 Merging cuts lineage (localCheckpoint): without it, plans grow with every step until the
-driver runs out of heap. A merge during a Spark step is `deferred`: computed by the first
-job that reads it, or at the step's end, concurrently with the step's outputs, rather than
-as a job of its own in the middle of the step.
+driver runs out of heap. A merge during a Spark step is `deferred` and started at once, as
+a job in the background: it runs while the driver plans the rest of the step (about half
+of a small step's wall), and the step waits for it at its end, so that whatever fails in
+it fails that step.
 """
 from __future__ import annotations
 
 import weakref
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import partial, reduce
@@ -113,22 +114,52 @@ def materialise_counted(df: DataFrame, storage: StorageLevel = STORAGE) -> tuple
 
 
 def materialise_all(frames: list[DataFrame], storage: StorageLevel = STORAGE,
-                    later: list[DataFrame] = ()) -> list[DataFrame]:
+                    later: "Deferred" = ()) -> list[DataFrame]:
     """Materialise several frames (a step's outputs) as concurrent Spark jobs, so their
-    scheduling overheads overlap, and compute those of the `deferred` frames `later` that no
-    job has computed yet in the same round. (One job over a tagged union of all frames was
-    tried: its tasks each carry every frame's plan, which is ruinous for plans with many
-    joins.)"""
+    scheduling overheads overlap, and compute those of the deferred frames `later` that no
+    job has computed yet in the same round (waiting for those started in the background).
+    (One job over a tagged union of all frames was tried: its tasks each carry every
+    frame's plan, which is ruinous for plans with many joins.)"""
+    running = getattr(later, "running", {})
     work = [partial(materialise, f, storage) for f in frames] + \
-        [f.count for f in later if not _checkpointed(f)]
+        [f.count for f in later if id(f) not in running and not _checkpointed(f)]
     if len(work) <= 1:
-        return [w() for w in work][:len(frames)]
-    run = inheritable_thread_target(SparkSession.active())(lambda w: w())  # `deferring`'s rule
-    with ThreadPoolExecutor(max_workers=min(8, len(work))) as pool:
-        return list(pool.map(run, work))[:len(frames)]
+        done = [w() for w in work][:len(frames)]
+    else:
+        run = inheritable_thread_target(SparkSession.active())(lambda w: w())  # `deferring`
+        with ThreadPoolExecutor(max_workers=min(8, len(work))) as pool:
+            done = list(pool.map(run, work))[:len(frames)]
+    for f in later:
+        if id(f) in running:
+            running[id(f)][1].result()  # its failure is the step's
+    return done
 
 
-_deferring: ContextVar[Optional[list]] = ContextVar("diffspark_deferred", default=None)
+class Deferred(list):
+    """The frames a Spark step deferred, and the merges among them `running`: started at
+    once as background jobs, awaited by the step's end (materialise_all)."""
+
+    def __init__(self):
+        super().__init__()
+        self.running: dict[int, tuple[DataFrame, Future]] = {}
+        self._pool: Optional[ThreadPoolExecutor] = None
+
+    def start(self, frame: DataFrame) -> None:
+        if id(frame) in self.running or _checkpointed(frame):
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="diffspark-merge")
+        run = inheritable_thread_target(SparkSession.active())(frame.count)  # ALL_MARKED too
+        self.running[id(frame)] = (frame, self._pool.submit(run))
+
+    def close(self) -> None:
+        """Wait for every started job (none outlives its step, failed or not)."""
+        if self._pool is not None:
+            wait([future for _, future in self.running.values()])
+            self._pool.shutdown()
+
+
+_deferring: ContextVar[Optional[Deferred]] = ContextVar("diffspark_deferred", default=None)
 
 
 # Spark marks a lazily checkpointed RDD checkpointed after a job that computed it, but not
@@ -138,16 +169,18 @@ ALL_MARKED = "spark.checkpoint.checkpointAllMarkedAncestors"
 
 
 @contextmanager
-def deferring() -> Iterator[list[DataFrame]]:
+def deferring() -> Iterator[Deferred]:
     """The frames `deferred` while inside: a Spark step computes them by its end
     (materialise_all's `later`), so that whatever fails in computing them fails that step."""
     context = SparkSession.active().sparkContext
     before = context.getLocalProperty(ALL_MARKED)
     context.setLocalProperty(ALL_MARKED, "true")
-    token = _deferring.set([])
+    later = Deferred()
+    token = _deferring.set(later)
     try:
-        yield _deferring.get()
+        yield later
     finally:
+        later.close()
         _deferring.reset(token)
         context.setLocalProperty(ALL_MARKED, before)
 
@@ -161,6 +194,15 @@ def deferred(df: DataFrame, storage: StorageLevel = STORAGE) -> DataFrame:
     frame = checkpoint(df, eager=False, storage=storage)
     later.append(frame)
     return frame
+
+
+def started(batch):
+    """`batch`, a spine's merge: inside `deferring` a deferred frame's job starts now, in
+    the background (Deferred.start)."""
+    later = _deferring.get()
+    if later is not None and isinstance(batch, DataFrame) and any(f is batch for f in later):
+        later.start(batch)
+    return batch
 
 
 def materialise_sized(df: DataFrame, rows: Optional[int]) -> tuple[DataFrame, int]:
@@ -209,7 +251,7 @@ class Spine:
 
     def __init__(self, merge: Optional[Callable[[DataFrame, int], tuple[DataFrame, int]]] = None,
                  slack: int = 8, combine: Callable = DataFrame.unionByName, fresh: int = 0,
-                 tiered: bool = False):
+                 tiered: "bool | Callable[[object], bool]" = False):
         self.batches: list[tuple[int, DataFrame]] = []
         # (union of the batches that merge, their summed size) -> (materialised batch, its
         # size); a trace's merge compacts and consolidates, so the size can shrink
@@ -224,11 +266,11 @@ class Spine:
         out = Spine(self.merge, self.slack, self.combine, self.fresh, self.tiered)
         batches = self.batches + [(size, batch)]
         top = len(batches) - self.fresh
-        if not self.tiered:
+        if not (self.tiered(batch) if callable(self.tiered) else self.tiered):
             while top > self.slack and batches[top - 2][0] <= 2 * batches[top - 1][0]:
                 (s1, b1), (s2, b2) = batches[top - 2:top]
                 merged, size = self.merge(self.combine(b1, b2), s1 + s2)
-                batches[top - 2:top] = [(size, merged)]
+                batches[top - 2:top] = [(size, started(merged))]
                 top -= 1
             out.batches = batches
             return out
@@ -236,7 +278,7 @@ class Spine:
         if first < top - 1:  # however many tiers cascade: one merge (one Spark job)
             merged, size = self.merge(reduce(self.combine, [b for _, b in batches[first:top]]),
                                       sum(s for s, _ in batches[first:top]))
-            batches[first:top] = [(size, merged)]
+            batches[first:top] = [(size, started(merged))]
         out.batches = batches
         return out
 
@@ -339,11 +381,17 @@ def _log_compact(batch, size: int):
 
 
 def output_log(history: str = "all") -> Spine:
-    """An output's log of final changes: Spark frames and Arrow tables, merged
-    geometrically; a driver step's tables reach Spark only when the log is read. With
+    """An output's log of final changes: Spark frames and Arrow tables, merged geometrically
+    as tables (a concatenation), tiered as frames (a Spark job each: one a step otherwise,
+    for an output of a few rows); a driver step's tables reach Spark only when the log is
+    read. With
     history "current" (executor/runtime/config.py output_history) merges consolidate, so the log
     holds the output's present contents plus the newest step's changes as they were (the
     ones `follow` rewrites after a crash)."""
     if history == "current":
-        return Spine(_log_compact, combine=_log_combine, fresh=1)
-    return Spine(_log_merge, combine=_log_combine)
+        return Spine(_log_compact, combine=_log_combine, fresh=1, tiered=_is_frame)
+    return Spine(_log_merge, combine=_log_combine, tiered=_is_frame)
+
+
+def _is_frame(batch) -> bool:
+    return isinstance(batch, DataFrame)

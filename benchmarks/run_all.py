@@ -203,7 +203,7 @@ BENCHMARKS = (
                                          "--views", "revenue", "--conf",
                                          "diffspark.host.step_rows=0", "--peers", "spark_sql",
                                          *SMOKE_CONF),
-            ("--rows", rows, "--steps", "5", "--changes", "1000", "--views", "revenue",
+            ("--rows", rows, "--steps", "15", "--changes", "1000", "--views", "revenue",
              "--conf", "diffspark.host.step_rows=0", "--peers", "spark_sql"),
             "Spark SQL recomputing the join + sum (cached tables)", "Spark SQL",
             script="relational") for size, rows in (("1m", "1000000"), ("4m", "4000000"))],

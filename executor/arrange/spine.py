@@ -4,12 +4,12 @@ Like an LSM tree, in one of two ways. By default a new batch merges with the las
 last is no larger than twice it (sizes in records), once more than `slack` batches are held:
 O(log n) batches, each unit re-merged O(log n) times; right where a merge costs what it
 moves (the driver's array runs). `tiered` where each merge is a Spark job (a trace's
-batches, a reduction's running totals, an output log's Spark frames): batches of about one size (in records, or in steps
-where counting would cost a job) gather in a tier, and once a tier holds `slack` of them
-they merge into one batch of the next tier, a cascade through several tiers in one merge,
-so a step merges once per about slack - 1 appends (the default rule merged 0.6 times per
-append of one unit after a big batch: a pair of small batches left below a bigger one kept
-the tail merging) and holds O(slack log n / log slack) batches.
+batches, a reduction's running totals, an output log's Spark frames): batches of about one
+size (in records, or in steps where counting would cost a job) gather in a tier, and once a
+tier holds `slack` of them they merge into one batch of the next tier, a cascade through
+several tiers in one merge, so a step merges once per about slack - 1 appends (the default
+rule merged 0.6 times per append of one unit after a big batch: a pair of small batches left
+below a bigger one kept the tail merging) and holds O(slack log n / log slack) batches.
 Merging cuts lineage (localCheckpoint): without it, plans grow with every step until the
 driver runs out of heap. A merge during a Spark step is `deferred` and started at once, as
 a job in the background: it runs while the driver plans the rest of the step (about half

@@ -19,8 +19,8 @@ from sqlglot import exp
 
 from .errors import PlanError
 from .sql_names import spark_name
-from .types import (avg_type, band_comparable, columns_of, common_type, ddl_columns,
-                    expression_type, same_type)
+from .types import (INTEGRAL, avg_type, band_comparable, columns_of, common_type,
+                    ddl_columns, expression_type, same_type)
 
 NON_DETERMINISTIC = {"rand", "random", "randn", "uuid", "shuffle", "now", "current_date",
                      "current_timestamp", "current_time", "localtimestamp", "curdate",
@@ -29,7 +29,13 @@ NON_DETERMINISTIC = {"rand", "random", "randn", "uuid", "shuffle", "now", "curre
                      "java_method"}
 _NON_DETERMINISTIC_NODES = (exp.Rand, exp.Randn, exp.Uuid, exp.CurrentDate,
                             exp.CurrentTimestamp, exp.CurrentTime)
-AGGREGATES = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg)
+# the variance family: Spark's names for each (stddev and std are stddev_samp, variance is
+# var_samp) -> (whether it is the population's, whether it is the square root)
+MOMENTS = {exp.StddevSamp: (False, True), exp.StddevPop: (True, True),
+           exp.Variance: (False, False), exp.VariancePop: (True, False)}
+BY_VALUE = (exp.ArgMax, exp.ArgMin)  # max_by(x, y), min_by(x, y)
+TWO_PASS = (*MOMENTS, *BY_VALUE)
+AGGREGATES = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg, *TWO_PASS)
 
 
 def refuse(construct: str, rule: str = "") -> PlanError:
@@ -1091,19 +1097,25 @@ class Lowering:
                     aggs.append(a)
         for a in {n for e in exprs + [cond] if e is not None for n in e.find_all(exp.AggFunc)}:
             if not isinstance(a, AGGREGATES):
-                raise refuse(f"aggregate {_text(a)}", "count, sum, min, max and avg are")
+                raise refuse(f"aggregate {_text(_shown(a, rel))}", "count, sum, min, max, avg, any_value, "
+                             "max_by, min_by, stddev, variance and their _samp and _pop "
+                             "forms are")
         gnames = [self.fresh("g") for _ in group_exprs]
         gtypes = [expression_type(g, types) for g in group_exprs]
         names = [self.fresh("agg") for _ in aggs]
         # min and max of the distinct values are min and max
         distinct = [(a, n) for a, n in zip(aggs, names) if isinstance(a.this, exp.Distinct)
-                    and not isinstance(a, (exp.Min, exp.Max))]
-        plain = [(a, n) for a, n in zip(aggs, names) if (a, n) not in distinct]
-        key = self.fresh("key") if bool(plain) + len(distinct) > 1 else None
+                    and not isinstance(a, (exp.Min, exp.Max, *TWO_PASS))]
+        two_pass = [(a, n) for a, n in zip(aggs, names) if isinstance(a, TWO_PASS)]
+        plain = [(a, n) for a, n in zip(aggs, names) if (a, n) not in distinct + two_pass]
+        # a two-pass aggregate joins its rows with their group's first value on this key
+        key = self.fresh("key") if two_pass or bool(plain) + len(distinct) > 1 else None
         unknown = next((g for g, t in zip(shown, gtypes) if t is None), None)
         if key and unknown is not None:  # _tie_key makes a floating -0.0 0.0, if it knows
-            raise refuse(f"GROUP BY {unknown}, of a type not known here, with a DISTINCT "
-                         f"aggregate beside others", f"CAST({unknown} AS type)")
+            beside = (_text(_shown(two_pass[0][0], rel)) if two_pass else
+                      "a DISTINCT aggregate beside others")
+            raise refuse(f"GROUP BY {unknown}, of a type not known here, with {beside}",
+                         f"CAST({unknown} AS type)")
         base = rel.coll.map(*(f"{_text(self._checked(g, 'GROUP BY'))} AS `{n}`"
                               for g, n in zip(group_exprs, gnames)),
                             *(f"`{c.internal}`" for c in rel.cols),
@@ -1114,9 +1126,11 @@ class Lowering:
         if plain:
             outs.append(self._plain_aggregates(base, plain, ([key] if key else []) + gnames,
                                                types, phantom))
-        for a, name in distinct:
+        for a, name in distinct + two_pass:
             by = ([key] if key else []) + ([] if outs else gnames)
-            outs.append(self._distinct_aggregate(base, a, by, name, phantom))
+            outs.append(self._two_pass(base, a, by, name, key, rel, phantom)
+                        if isinstance(a, TWO_PASS) else
+                        self._distinct_aggregate(base, a, by, name, phantom))
         if not aggs:
             result = base.map(*(f"`{n}`" for n in gnames)).distinct()
         else:
@@ -1275,11 +1289,62 @@ class Lowering:
         kind = "count" if isinstance(a, exp.Count) else "sum"
         return values.aggregate(by=by, **{name: f"{kind}(`{name}`)"})
 
+    def _two_pass(self, base, a, by, name, key, rel: Rel, phantom=None):
+        """An aggregate that needs its group's value of another first: two reductions, with
+        a join on the group's `key` between them (a change re-reads the rows of each group
+        whose first value it moves). var_samp, var_pop and their square roots (stddev_samp,
+        stddev_pop) over the values as DOUBLE, as Spark's: each value's deviation from its
+        group's mean, squared and summed (a sum of squares less the square of the sum loses
+        every digit where the spread is small beside the mean), NULL over no values, and
+        the samples' NULL over one. max_by(x, y) and min_by(x, y): x at the group's max
+        (min) y, NULL where no y is; where rows tie there, the greatest of their x (Spark
+        takes whichever it meets first). Columns `by` + `name`; a `phantom` row counts
+        nowhere."""
+        keep = [f"`{b}`" for b in by]
+
+        def value(e):
+            x = _text(self._checked(e, "an aggregate"))
+            return f"CASE WHEN `{phantom}` THEN NULL ELSE {x} END" if phantom else x
+        arg = a.this
+        if isinstance(arg, exp.Distinct):
+            if len(arg.expressions) != 1 or isinstance(a, BY_VALUE):
+                raise refuse(f"aggregate {_text(_shown(a, rel))}", "DISTINCT of one column, "
+                             "in stddev or variance")
+            arg = arg.expressions[0]
+        v, w, s, n, m = (self.fresh(h) for h in ("v", "w", "s", "n", "m"))
+        if isinstance(a, BY_VALUE):
+            values = base.map(*keep, f"{value(arg)} AS `{v}`",
+                              f"{value(a.expression)} AS `{w}`")
+            best = values.aggregate(by=[key], **{
+                m: f"{'max' if isinstance(a, exp.ArgMax) else 'min'}(`{w}`)"})
+            at = values.join(best, on=[key]).map(
+                *keep, f"CASE WHEN `{w}` = `{m}` THEN `{v}` END AS `{name}`")
+            return at.aggregate(by=by, **{name: f"max(`{name}`)"})
+        t = expression_type(arg, rel.types())
+        if t is not None and t not in (*INTEGRAL, "FLOAT", "DOUBLE") and \
+                not t.startswith("DECIMAL"):
+            raise refuse(f"aggregate {_text(_shown(a, rel))} of {t}", "a numeric argument")
+        values = base.map(*keep, f"CAST({value(arg)} AS DOUBLE) AS `{v}`")
+        if isinstance(a.this, exp.Distinct):
+            values = values.distinct()
+        means = values.aggregate(by=[key], **{s: f"sum(`{v}`)", n: f"count(`{v}`)"})
+        # greatest: no division by zero (no value there, so v is NULL)
+        deviation = f"(`{v}` - `{s}` / greatest(`{n}`, 1))"
+        squares = values.join(means, on=[key]).map(*keep, f"{deviation} * {deviation} AS `{w}`")
+        sums = squares.aggregate(by=by, **{s: f"sum(`{w}`)", n: f"count(`{w}`)"})
+        population, root = MOMENTS[type(a)]
+        variance = (f"CASE WHEN `{n}` = 0 THEN NULL ELSE `{s}` / greatest(`{n}`, 1) END"
+                    if population else
+                    f"CASE WHEN `{n}` < 2 THEN NULL ELSE `{s}` / greatest(`{n}` - 1, 1) END")
+        return sums.map(*keep, f"{f'sqrt({variance})' if root else variance} AS `{name}`")
+
     def _agg_type(self, a, types):
         from .types import sum_type
         arg = a.this.expressions[0] if isinstance(a.this, exp.Distinct) else a.this
         if isinstance(a, exp.Count):
             return "BIGINT"
+        if isinstance(a, tuple(MOMENTS)):
+            return "DOUBLE"
         t = expression_type(arg, types)
         if isinstance(a, exp.Sum):
             return sum_type(t)
@@ -1532,15 +1597,25 @@ def _count(clause, what: str) -> int:
 
 
 def _canonical(e):
-    """e with its aggregates in the five forms the reduction knows: `sum(x) FILTER (WHERE
-    c)` is `sum(CASE WHEN c THEN x END)`, as a row where c is not true adds NULL, which
-    every aggregate skips (count(*) counts CASE WHEN c THEN 1 END; DISTINCT stays outside);
-    count_if(c) is count(CASE WHEN c THEN 1 END); bool_or(c) and some(c) are max(c),
-    bool_and(c) and every(c) min(c), over BOOLEAN as Spark orders it (false < true)."""
+    """e with its aggregates in the forms of AGGREGATES: `sum(x) FILTER (WHERE c)` is
+    `sum(CASE WHEN c THEN x END)`, as a row where c is not true adds NULL, which every
+    aggregate skips (count(*) counts CASE WHEN c THEN 1 END; DISTINCT stays outside; max_by
+    drops the row's y too); count_if(c) is count(CASE WHEN c THEN 1 END); bool_or(c) and
+    some(c) are max(c), bool_and(c) and every(c) min(c), over BOOLEAN as Spark orders it
+    (false < true); stddev and std are stddev_samp; any_value(x) is min(x), one value of
+    the group that does not depend on the order rows come in."""
     def swap(node):
         if isinstance(node, exp.CountIf):
             return exp.Count(this=exp.Case(ifs=[exp.If(this=node.this.copy(),
                                                        true=exp.Literal.number(1))]))
+        if isinstance(node, exp.Stddev) or _std(node):
+            return exp.StddevSamp(this=(node.this if isinstance(node, exp.Stddev)
+                                        else node.expressions[0]).copy())
+        if isinstance(node, (exp.IgnoreNulls, exp.RespectNulls)) and \
+                isinstance(node.this, exp.AnyValue):
+            node = node.this
+        if isinstance(node, exp.AnyValue):  # some value of the group: its least
+            return exp.Min(this=node.this.copy())
         if isinstance(node, (exp.LogicalOr, exp.LogicalAnd)) or _boolean_aggregate(node):
             arg = node.this if not isinstance(node, exp.Anonymous) else node.expressions[0]
             some = isinstance(node, exp.LogicalOr) or (
@@ -1562,8 +1637,17 @@ def _canonical(e):
         case = exp.Case(ifs=[exp.If(this=node.expression.this.copy(), true=value.copy())])
         agg = agg.copy()
         agg.set("this", exp.Distinct(expressions=[case]) if distinct else case)
+        if isinstance(agg, BY_VALUE):  # a row where c is not true has no y either
+            agg.set("expression", exp.Case(ifs=[exp.If(this=node.expression.this.copy(),
+                                                       true=agg.expression.copy())]))
         return agg
     return e.transform(swap)
+
+
+def _std(node) -> bool:
+    """std(x), Spark's stddev_samp, which sqlglot leaves as a function it does not know."""
+    return isinstance(node, exp.Anonymous) and node.name.lower() == "std" and \
+        len(node.expressions) == 1
 
 
 def _boolean_aggregate(node) -> bool:
@@ -1623,8 +1707,9 @@ def _in_subquery(node, top) -> bool:
 def _aggregates(e) -> list:
     """The aggregates of `e` itself (not of its subqueries), in any form _canonical reads."""
     return [n for n in e.walk(prune=lambda n: isinstance(n, exp.Subquery))
-            if isinstance(n, AGGREGATES + (exp.CountIf, exp.LogicalOr, exp.LogicalAnd))
-            or _boolean_aggregate(n)]
+            if isinstance(n, AGGREGATES + (exp.CountIf, exp.LogicalOr, exp.LogicalAnd,
+                                           exp.Stddev, exp.AnyValue))
+            or _boolean_aggregate(n) or _std(n)]
 
 
 def _scalar_query(sub: exp.Subquery) -> exp.Select:
@@ -1699,6 +1784,13 @@ def _resolved(e, rel: Rel):
             return exp.column(col.internal, quoted=True)
         return node
     return e.copy().transform(swap)
+
+
+def _shown(e, rel: Rel):
+    """A copy of resolved `e` as the query names its columns, for a message."""
+    names = {c.internal: c.name for c in rel.cols}
+    return e.copy().transform(lambda n: exp.column(names[n.name]) if isinstance(n, exp.Column)
+                              and n.name in names else n)
 
 
 def parse(text: str) -> list:

@@ -152,6 +152,7 @@ _NODES = {
         lambda r, d: f"({gen(r, 'int', d)} / {gen(r, 'int', d)})",
         lambda r, d: f"(-({gen(r, 'double', d)}))",
         lambda r, d: f"abs({gen(r, 'double', d)})",
+        lambda r, d: f"sqrt({gen(r, 'double', d)})",
         lambda r, d: f"CAST({gen(r, r.choice(['int', 'bool']), d)} AS DOUBLE)",
         *_generic("double")],
     "decimal": [
@@ -292,7 +293,7 @@ EDGE_CASES = [
     "coalesce(p, q)", "IF(bo, p, 1.5)", "i8 * i8", "i8 + 1", "CAST(200 AS TINYINT)",
     "DATE '2020-02-29' = dt", "ts > TIMESTAMP '2000-01-01 00:00:00'", "CAST(ts AS DATE)",
     "CAST(dt AS TIMESTAMP)", "CAST(dt AS STRING)", "x / 2", "a / 3", "i / i8", "abs(p)", "-p",
-    "abs(x)", "NOT (a > 1)", "bo <=> NULL", "NULL <=> NULL", "NULL = NULL", "p <=> q", "p = 1", "p < 1.5", "a = x", "s < 'a'",
+    "abs(x)", "sqrt(x)", "sqrt(-x)", "NOT (a > 1)", "bo <=> NULL", "NULL <=> NULL", "NULL = NULL", "p <=> q", "p = 1", "p < 1.5", "a = x", "s < 'a'",
     "bo < TRUE", "a BETWEEN i8 AND 10", "s IS NOT NULL AND bo", "i % 7", "a % -1",
     "CAST('12' AS INT)", "CAST('2020-01-31' AS DATE)", "CAST(TRUE AS INT)", "CAST(i AS BOOLEAN)",
     "least(a, i8)", "greatest(a, NULL)", "least(NULL, NULL)", "greatest(p, q, 0.5)",

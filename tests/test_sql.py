@@ -236,6 +236,22 @@ QUERIES = {
                            WHERE (k, x) IN (SELECT k, max(y) FROM u GROUP BY k)""",
     "not_in_correlated_typed": """SELECT k, d FROM t WHERE d NOT IN
                                   (SELECT y FROM u WHERE t.k = u.k AND s = 'a')""",
+    # the variance family over DOUBLE, as Spark's (NULL over no value, the samples' over
+    # one); max_by / min_by by a y that only equal records share (no tie to break), NULL
+    # where no y is; any_value of a value its group determines
+    "moments": """SELECT g, stddev(x) AS s, stddev_pop(d) AS sp, variance(d) AS v,
+                  var_pop(x) AS vp, std(k) AS sk, var_samp(DISTINCT x) AS vd, count(*) AS n,
+                  sum(x) AS sx FROM t GROUP BY g""",
+    "moments_global": "SELECT stddev_samp(x) AS s, var_pop(d) AS v FROM t",
+    "moments_over": """SELECT k, x, stddev(x) OVER (PARTITION BY g) AS sw,
+                       max_by(k, to_json(struct(k, g, x, d))) OVER (PARTITION BY g) AS mw
+                       FROM t""",
+    "by_value": """SELECT g, max_by(x, to_json(struct(k, g, x, d))) AS mx,
+                   min_by(d, CASE WHEN k > 0 THEN to_json(struct(k, g, x, d)) END) AS md,
+                   min_by(k, to_json(struct(k, g, x, d))) FILTER (WHERE x > 0) AS mk
+                   FROM t GROUP BY g HAVING stddev(k) IS NULL OR stddev(k) < 1""",
+    "any_value": """SELECT k, x, any_value(x * 2) AS x2, any_value(g, true) AS ag,
+                    count(*) AS n FROM t GROUP BY k, x, g""",
     "aggregate_of_aggregate": """SELECT n, count(*) AS groups
                                  FROM (SELECT g, count(*) AS n FROM t GROUP BY g) AS c
                                  GROUP BY n""",
@@ -275,6 +291,9 @@ TYPED = {
     "float_exists": """SELECT k, i FROM v a WHERE EXISTS (SELECT 1 FROM v b WHERE b.f = a.f
                        AND b.i > a.i)""",
     "float_order": "SELECT k, f FROM v ORDER BY f DESC NULLS LAST, k LIMIT 2",
+    "typed_moments": """SELECT s, stddev(f) AS sf, var_pop(m) AS vm, stddev_pop(i) AS si,
+                        max_by(ts, to_json(struct(k, s, d, ts, f, b, m, i))) AS mt
+                        FROM v GROUP BY s""",
     "dense_rank_typed": """SELECT k, m, b FROM (SELECT k, m, b, dense_rank() OVER (PARTITION BY
                            b ORDER BY m DESC NULLS LAST) AS r FROM v) AS x WHERE r <= 2""",
 }
@@ -696,7 +715,12 @@ def test_random_unnamed_expressions_are_named_as_spark_names_them_or_not_at_all(
     ("SELECT g, x FROM t GROUP BY g", "neither grouped nor aggregated"),
     ("SELECT k FROM t INTERSECT SELECT k, y FROM u", "INTERSECT of 1 and 2 columns"),
     ("SELECT x FROM t EXCEPT ALL SELECT s FROM u", r"EXCEPT ALL of column 'x' \(BIGINT\)"),
-    ("SELECT g, stddev(x) AS s FROM t GROUP BY g", "aggregate STDDEV"),
+    ("SELECT g, first(x) AS s FROM t GROUP BY g", r"aggregate FIRST\(x\)"),
+    ("SELECT stddev(g) AS s FROM t", r"aggregate STDDEV_SAMP\(g\) of STRING"),
+    ("SELECT g, max_by(DISTINCT k, x) AS s FROM t GROUP BY g", "DISTINCT of one column, in "
+     "stddev or variance"),
+    ("SELECT round(x) AS a, stddev(k) AS s FROM t GROUP BY round(x)",
+     r"GROUP BY ROUND\(x\), of a type not known here, with STDDEV_SAMP\(k\)"),
     ("SELECT round(x) AS a, count(*) AS n, count(DISTINCT k) AS d FROM t GROUP BY round(x)",
      r"GROUP BY ROUND\(x\), of a type not known here, with a DISTINCT aggregate beside"),
     ("SELECT k FROM t; SELECT k FROM u", "expected one query, got 2"),

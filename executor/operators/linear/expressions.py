@@ -10,8 +10,8 @@ Spark's own answer or error, so ANSI on or off both stay exact.
 Subset: column refs, literals (INT/BIGINT by size, 1L/1S/1Y, 1.5 as DECIMAL(2,1), 1e3 as
 DOUBLE, strings, TRUE/FALSE, NULL, DATE '...', TIMESTAMP '...'), + - * % (integral), / (to
 DOUBLE), unary -, abs over TINYINT..BIGINT, DOUBLE and DECIMAL (Spark's precision and scale
-up to 38), comparisons and <=>, AND/OR/NOT, IS [NOT] NULL, IN, BETWEEN, CASE, IF, COALESCE,
-greatest/least (integral, DECIMAL, DATE, TIMESTAMP),
+up to 38), sqrt of a DOUBLE, comparisons and <=>, AND/OR/NOT, IS [NOT] NULL, IN, BETWEEN,
+CASE, IF, COALESCE, greatest/least (integral, DECIMAL, DATE, TIMESTAMP),
 upper/lower (ASCII), length, concat/||, substring, CAST among integral, DOUBLE, DECIMAL,
 BOOLEAN, STRING, DATE and TIMESTAMP where exact (those that read the session's time zone,
 a DATE to or from a TIMESTAMP and TIMESTAMP literals, only where it is UTC); DECIMAL results above 38 digits with Spark's
@@ -571,6 +571,15 @@ def _mod(c: _Compiler, node) -> Expr:
 
 def _abs(c: _Compiler, node) -> Expr:
     return _unary_numeric(c.compile(node.this), "abs")
+
+
+def _sqrt(c: _Compiler, node) -> Expr:
+    """sqrt of a DOUBLE (the SQL front end's stddev casts its variance): IEEE's square root,
+    as Java's Math.sqrt; a negative value or NaN gives NaN, as in Spark."""
+    a = c.compile(node.this)
+    if a.type != DOUBLE:
+        raise NotCompiled(f"sqrt of {a.type}")
+    return Expr(DOUBLE, lambda tbl: pc.sqrt(a.fn(tbl)))
 
 
 # --- comparison and logic
@@ -1134,7 +1143,7 @@ def _to_json(c, node):
 _HANDLERS = {
     exp.Literal: _literal, exp.Boolean: _boolean, exp.Null: _null, exp.Neg: _neg,
     exp.Add: _arith("add"), exp.Sub: _arith("subtract"), exp.Mul: _arith("multiply"),
-    exp.Div: _div, exp.Mod: _mod, exp.Abs: _abs,
+    exp.Div: _div, exp.Mod: _mod, exp.Abs: _abs, exp.Sqrt: _sqrt,
     exp.EQ: _comparison("equal"), exp.NEQ: _comparison("not_equal"),
     exp.LT: _comparison("less"), exp.LTE: _comparison("less_equal"),
     exp.GT: _comparison("greater"), exp.GTE: _comparison("greater_equal"),

@@ -12,6 +12,7 @@ with one line naming the construct.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import product
 from typing import Optional
 
 import sqlglot
@@ -907,28 +908,42 @@ class Lowering:
         return Rel(outer.semijoin(values, on=names), rel.cols)
 
     def _not_in(self, rel: Rel, c: exp.In, ctes) -> Rel:
-        """x NOT IN (SELECT y ...) with SQL's null rule, where S is the y of the inner rows
-        an outer row meets (all of them, uncorrelated: one group on a constant): true when S
-        is empty; else unknown (the row dropped) when x is null or some y of S is null; else
-        x not among S. Two disjoint parts after dropping the rows whose S holds a null or x:
-        non-null x, and null x whose S is empty."""
-        if isinstance(c.this, exp.Tuple):
-            raise refuse(f"NOT IN of several values {_text(c.this)}", "NOT EXISTS with "
-                         "equalities, whose nulls are simpler")
+        """(x1, ..., xm) NOT IN (SELECT y1, ..., ym ...) with SQL's null rule (Spark's
+        null-aware anti join). Per outer row, S is the inner rows it meets on the subquery's
+        correlating equalities (all of them, uncorrelated: one group on a constant); the row
+        is kept when no row of S might equal it: none whose every xi = yi is true or unknown
+        (a null on either side). So, per pattern P of the x that are null and pattern Q of
+        the y that are null among the other positions, the outer rows of pattern P are
+        antijoined with the inner rows of pattern Q on the correlation and the positions in
+        neither: 3^m antijoins. For one value: x not among S's y, no y of S null, and a null
+        x kept only where S is empty."""
+        m = len(c.this.expressions) if isinstance(c.this, exp.Tuple) else 1
+        if m > 3:
+            raise refuse(f"NOT IN of {m} values {_text(c.this)}", "at most 3 (each pattern "
+                         "of nulls is an antijoin of its own: 3^m), or NOT EXISTS with "
+                         "equalities")
         outer, values, names, _ = self._in_sides(rel, c, ctes)
-        corr, k = names[:-1], names[-1]
+        corr, ks = names[:-m], names[-m:]
         cols = [f"`{col.internal}`" for col in rel.cols]
         if not corr:
             one = self.fresh("one")
-            outer = outer.map(*cols, f"`{k}`", f"1 AS `{one}`")
-            values = values.map(f"`{k}`", f"1 AS `{one}`")
+            outer = outer.map(*cols, *(f"`{k}`" for k in ks), f"1 AS `{one}`")
+            values = values.map(*(f"`{k}`" for k in ks), f"1 AS `{one}`")
             corr = [one]
-        groups = values.map(*(f"`{n}`" for n in corr))
-        nulls = values.filter(f"`{k}` IS NULL").map(*(f"`{n}`" for n in corr))
-        left = outer.antijoin(nulls, on=corr).antijoin(values, on=corr + [k])
-        coll = left.filter(f"`{k}` IS NOT NULL").concat(
-            left.filter(f"`{k}` IS NULL").antijoin(groups, on=corr))
-        return Rel(coll.map(*cols), rel.cols)
+
+        def pattern(keys, nulls):
+            return " AND ".join(f"`{k}` IS {'' if null else 'NOT '}NULL"
+                                for k, null in zip(keys, nulls))
+        parts = []
+        for p in product((False, True), repeat=m):
+            rows = outer.filter(pattern(ks, p))
+            present = [k for k, null in zip(ks, p) if not null]
+            for q in product((False, True), repeat=len(present)):
+                inner = values.filter(pattern(present, q)) if present else values
+                on = corr + [k for k, null in zip(present, q) if not null]
+                rows = rows.antijoin(inner, on=on)
+            parts.append(rows)
+        return Rel(parts[0].concat(*parts[1:]).map(*cols), rel.cols)
 
     def _in_sides(self, rel: Rel, c: exp.In, ctes):
         """_meeting's (rel with key columns, the subquery's rows with theirs, the key names,
@@ -1097,9 +1112,9 @@ class Lowering:
                     aggs.append(a)
         for a in {n for e in exprs + [cond] if e is not None for n in e.find_all(exp.AggFunc)}:
             if not isinstance(a, AGGREGATES):
-                raise refuse(f"aggregate {_text(_shown(a, rel))}", "count, sum, min, max, avg, any_value, "
-                             "max_by, min_by, stddev, variance and their _samp and _pop "
-                             "forms are")
+                raise refuse(f"aggregate {_text(_shown(a, rel))}", "count, sum, min, max, "
+                             "avg, any_value, max_by, min_by, stddev, variance and their "
+                             "_samp and _pop forms are")
         gnames = [self.fresh("g") for _ in group_exprs]
         gtypes = [expression_type(g, types) for g in group_exprs]
         names = [self.fresh("agg") for _ in aggs]

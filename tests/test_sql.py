@@ -234,6 +234,14 @@ QUERIES = {
                               WHERE (k, g) IN (SELECT y, s FROM u WHERE u.k = t.x)""",
     "in_tuple_grouped": """SELECT k, x FROM t
                            WHERE (k, x) IN (SELECT k, max(y) FROM u GROUP BY k)""",
+    # several values: dropped where some inner row might equal them (each pair equal or
+    # unknown), by pattern of nulls on either side
+    "not_in_tuple": "SELECT k, g, x FROM t WHERE (k, x) NOT IN (SELECT k, y FROM u WHERE s = 'a')",
+    "not_in_tuple_correlated": """SELECT k, x, g FROM t
+                                  WHERE (x, g) NOT IN (SELECT y, s FROM u WHERE u.k = t.k)""",
+    "not_in_three": "SELECT k, x, g, d FROM t WHERE (k, x, g) NOT IN (SELECT k, y, s FROM u)",
+    "not_in_tuple_grouped": """SELECT k, x FROM t
+                               WHERE (k, x) NOT IN (SELECT k, max(y) FROM u GROUP BY k)""",
     "not_in_correlated_typed": """SELECT k, d FROM t WHERE d NOT IN
                                   (SELECT y FROM u WHERE t.k = u.k AND s = 'a')""",
     # the variance family over DOUBLE, as Spark's (NULL over no value, the samples' over
@@ -754,7 +762,8 @@ def test_random_unnamed_expressions_are_named_as_spark_names_them_or_not_at_all(
     ("SELECT count(*) AS n FROM t GROUP BY ROLLUP(round(x))", r"ROUND\(x\) of a type unknown"),
     ("SELECT k, EXISTS (SELECT k FROM u GROUP BY k) AS e FROM t", "as a value"),
     ("SELECT k, 1 IN (SELECT k FROM u) AS c FROM t", "IN .* as a value"),
-    ("SELECT k FROM t WHERE (k, x) NOT IN (SELECT k, y FROM u)", "NOT IN of several values"),
+    ("SELECT k FROM t WHERE (k, x, g, d) NOT IN (SELECT k, y, s, y FROM u)",
+     r"NOT IN of 4 values \(k, x, g, d\) is not supported; at most 3"),
     ("SELECT k FROM t WHERE k IN (SELECT k, y FROM u)", "selects 2 columns for 1"),
     ("SELECT x * 2 AS y, y + 1 FROM t", r"SELECT item y \+ 1 needs a name .*earlier item"),
     ("SELECT k, x FROM t ORDER BY ALL, k LIMIT 1", "ORDER BY ALL, k is not supported"),

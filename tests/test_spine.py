@@ -232,33 +232,6 @@ def test_a_step_whose_size_is_not_known_keeps_its_batches(spark, conf):
     assert got == [("x", 2, 1), ("y", 2, 1)]
 
 
-def test_a_merge_starts_at_once_and_its_failure_fails_the_step(spark):
-    """A spine's merge inside a step is a background job from the moment it is made (it
-    overlaps the driver's planning of the rest of the step); the step's end waits for it,
-    and a merge that fails fails there."""
-    from pyspark.sql import functions as F
-
-    spine = Spine(slack=2, tiered=True)
-    with deferring() as later:
-        for i in range(2):
-            spine = spine.appended(deferred(spark.range(3 * i, 3 * i + 3).repartition(2)))
-        (_, merged), = spine.batches
-        assert id(merged) in later.running  # started before anything reads it
-        materialise_all([], later=later)
-        assert _checkpointed(merged) and sorted(r.id for r in merged.collect()) == list(range(6))
-
-    def failing(df, size):
-        return deferred(df.select(F.raise_error(F.lit("merge failed")).alias("id"))), size
-
-    spine = Spine(failing, slack=2, tiered=True)
-    with pytest.raises(Exception, match="merge failed"):
-        with deferring() as later:
-            for i in range(2):
-                spine = spine.appended(deferred(spark.range(i, i + 1)))
-            assert len(later.running) == 1
-            materialise_all([], later=later)
-
-
 def test_an_output_logs_spark_frames_merge_tiered_and_its_tables_geometrically(spark,
                                                                                 monkeypatch):
     """Each merge of an output log's Spark frames is a job: tiered, one per about slack - 1

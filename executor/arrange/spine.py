@@ -11,15 +11,18 @@ several tiers in one merge, so a step merges once per about slack - 1 appends (t
 rule merged 0.6 times per append of one unit after a big batch: a pair of small batches left
 below a bigger one kept the tail merging) and holds O(slack log n / log slack) batches.
 Merging cuts lineage (localCheckpoint): without it, plans grow with every step until the
-driver runs out of heap. A merge during a Spark step is `deferred` and started at once, as
-a job in the background: it runs while the driver plans the rest of the step (about half
-of a small step's wall), and the step waits for it at its end, so that whatever fails in
-it fails that step.
+driver runs out of heap. A merge during a Spark step is `deferred`: computed by the first
+job that reads it, or at the step's end, concurrently with the step's outputs, rather than
+as a job of its own in the middle of the step. (Starting it at once as a background job,
+beside the step's own jobs, deadlocked Spark 4.1.1: a job's end checkpoints the marked
+RDDs of its lineage under RDDCheckpointData's lock and then an RDD's, while the
+DAGScheduler, planning another job over the same lineage, holds that RDD's and waits for
+the first.)
 """
 from __future__ import annotations
 
 import weakref
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import partial, reduce
@@ -114,52 +117,22 @@ def materialise_counted(df: DataFrame, storage: StorageLevel = STORAGE) -> tuple
 
 
 def materialise_all(frames: list[DataFrame], storage: StorageLevel = STORAGE,
-                    later: "Deferred" = ()) -> list[DataFrame]:
+                    later: list[DataFrame] = ()) -> list[DataFrame]:
     """Materialise several frames (a step's outputs) as concurrent Spark jobs, so their
-    scheduling overheads overlap, and compute those of the deferred frames `later` that no
-    job has computed yet in the same round (waiting for those started in the background).
-    (One job over a tagged union of all frames was tried: its tasks each carry every
-    frame's plan, which is ruinous for plans with many joins.)"""
-    running = getattr(later, "running", {})
+    scheduling overheads overlap, and compute those of the `deferred` frames `later` that no
+    job has computed yet in the same round. (One job over a tagged union of all frames was
+    tried: its tasks each carry every frame's plan, which is ruinous for plans with many
+    joins.)"""
     work = [partial(materialise, f, storage) for f in frames] + \
-        [f.count for f in later if id(f) not in running and not _checkpointed(f)]
+        [f.count for f in later if not _checkpointed(f)]
     if len(work) <= 1:
-        done = [w() for w in work][:len(frames)]
-    else:
-        run = inheritable_thread_target(SparkSession.active())(lambda w: w())  # `deferring`
-        with ThreadPoolExecutor(max_workers=min(8, len(work))) as pool:
-            done = list(pool.map(run, work))[:len(frames)]
-    for f in later:
-        if id(f) in running:
-            running[id(f)][1].result()  # its failure is the step's
-    return done
+        return [w() for w in work][:len(frames)]
+    run = inheritable_thread_target(SparkSession.active())(lambda w: w())  # `deferring`'s rule
+    with ThreadPoolExecutor(max_workers=min(8, len(work))) as pool:
+        return list(pool.map(run, work))[:len(frames)]
 
 
-class Deferred(list):
-    """The frames a Spark step deferred, and the merges among them `running`: started at
-    once as background jobs, awaited by the step's end (materialise_all)."""
-
-    def __init__(self):
-        super().__init__()
-        self.running: dict[int, tuple[DataFrame, Future]] = {}
-        self._pool: Optional[ThreadPoolExecutor] = None
-
-    def start(self, frame: DataFrame) -> None:
-        if id(frame) in self.running or _checkpointed(frame):
-            return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="diffspark-merge")
-        run = inheritable_thread_target(SparkSession.active())(frame.count)  # ALL_MARKED too
-        self.running[id(frame)] = (frame, self._pool.submit(run))
-
-    def close(self) -> None:
-        """Wait for every started job (none outlives its step, failed or not)."""
-        if self._pool is not None:
-            wait([future for _, future in self.running.values()])
-            self._pool.shutdown()
-
-
-_deferring: ContextVar[Optional[Deferred]] = ContextVar("diffspark_deferred", default=None)
+_deferring: ContextVar[Optional[list]] = ContextVar("diffspark_deferred", default=None)
 
 
 # Spark marks a lazily checkpointed RDD checkpointed after a job that computed it, but not
@@ -169,18 +142,16 @@ ALL_MARKED = "spark.checkpoint.checkpointAllMarkedAncestors"
 
 
 @contextmanager
-def deferring() -> Iterator[Deferred]:
+def deferring() -> Iterator[list[DataFrame]]:
     """The frames `deferred` while inside: a Spark step computes them by its end
     (materialise_all's `later`), so that whatever fails in computing them fails that step."""
     context = SparkSession.active().sparkContext
     before = context.getLocalProperty(ALL_MARKED)
     context.setLocalProperty(ALL_MARKED, "true")
-    later = Deferred()
-    token = _deferring.set(later)
+    token = _deferring.set([])
     try:
-        yield later
+        yield _deferring.get()
     finally:
-        later.close()
         _deferring.reset(token)
         context.setLocalProperty(ALL_MARKED, before)
 
@@ -194,15 +165,6 @@ def deferred(df: DataFrame, storage: StorageLevel = STORAGE) -> DataFrame:
     frame = checkpoint(df, eager=False, storage=storage)
     later.append(frame)
     return frame
-
-
-def started(batch):
-    """`batch`, a spine's merge: inside `deferring` a deferred frame's job starts now, in
-    the background (Deferred.start)."""
-    later = _deferring.get()
-    if later is not None and isinstance(batch, DataFrame) and any(f is batch for f in later):
-        later.start(batch)
-    return batch
 
 
 def materialise_sized(df: DataFrame, rows: Optional[int]) -> tuple[DataFrame, int]:
@@ -270,7 +232,7 @@ class Spine:
             while top > self.slack and batches[top - 2][0] <= 2 * batches[top - 1][0]:
                 (s1, b1), (s2, b2) = batches[top - 2:top]
                 merged, size = self.merge(self.combine(b1, b2), s1 + s2)
-                batches[top - 2:top] = [(size, started(merged))]
+                batches[top - 2:top] = [(size, merged)]
                 top -= 1
             out.batches = batches
             return out
@@ -278,7 +240,7 @@ class Spine:
         if first < top - 1:  # however many tiers cascade: one merge (one Spark job)
             merged, size = self.merge(reduce(self.combine, [b for _, b in batches[first:top]]),
                                       sum(s for s, _ in batches[first:top]))
-            batches[first:top] = [(size, started(merged))]
+            batches[first:top] = [(size, merged)]
         out.batches = batches
         return out
 

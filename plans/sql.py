@@ -20,8 +20,8 @@ from sqlglot import exp
 
 from .errors import PlanError
 from .sql_names import spark_name
-from .types import (INTEGRAL, avg_type, band_comparable, columns_of, common_type,
-                    ddl_columns, expression_type, same_type)
+from .types import (avg_type, band_comparable, columns_of, common_type, ddl_columns,
+                    expression_type, same_type)
 
 NON_DETERMINISTIC = {"rand", "random", "randn", "uuid", "shuffle", "now", "current_date",
                      "current_timestamp", "current_time", "localtimestamp", "curdate",
@@ -1266,9 +1266,7 @@ class Lowering:
             arg = a.this.expressions[0] if isinstance(a.this, exp.Distinct) else a.this
             if isinstance(a.this, exp.Distinct) and len(a.this.expressions) != 1:
                 raise refuse(f"aggregate {_text(a)}", "DISTINCT of one column")
-            x = "1" if star else _text(self._checked(arg, "an aggregate"))
-            if phantom is not None:
-                x = f"CASE WHEN `{phantom}` THEN NULL ELSE {x} END"
+            x = _skipping("1" if star else self._argument(arg), phantom)
             inputs.append(f"{x} AS `{name}`")
             if not isinstance(a, exp.Avg):
                 kind = {exp.Count: "count", exp.Sum: "sum", exp.Min: "min", exp.Max: "max"}
@@ -1297,9 +1295,7 @@ class Lowering:
         keep = [f"`{b}`" for b in by]
         if len(a.this.expressions) != 1 or not isinstance(a, (exp.Count, exp.Sum)):
             raise refuse(f"aggregate {_text(a)}", "DISTINCT in count or sum of one column")
-        x = _text(self._checked(a.this.expressions[0], "an aggregate"))
-        if phantom is not None:
-            x = f"CASE WHEN `{phantom}` THEN NULL ELSE {x} END"
+        x = _skipping(self._argument(a.this.expressions[0]), phantom)
         values = base.map(*keep, f"{x} AS `{name}`").distinct()
         kind = "count" if isinstance(a, exp.Count) else "sum"
         return values.aggregate(by=by, **{name: f"{kind}(`{name}`)"})
@@ -1318,8 +1314,7 @@ class Lowering:
         keep = [f"`{b}`" for b in by]
 
         def value(e):
-            x = _text(self._checked(e, "an aggregate"))
-            return f"CASE WHEN `{phantom}` THEN NULL ELSE {x} END" if phantom else x
+            return _skipping(self._argument(e), phantom)
         arg = a.this
         if isinstance(arg, exp.Distinct):
             if len(arg.expressions) != 1 or isinstance(a, BY_VALUE):
@@ -1336,8 +1331,7 @@ class Lowering:
                 *keep, f"CASE WHEN `{w}` = `{m}` THEN `{v}` END AS `{name}`")
             return at.aggregate(by=by, **{name: f"max(`{name}`)"})
         t = expression_type(arg, rel.types())
-        if t is not None and t not in (*INTEGRAL, "FLOAT", "DOUBLE") and \
-                not t.startswith("DECIMAL"):
+        if t is not None and avg_type(t) is None:  # not a number
             raise refuse(f"aggregate {_text(_shown(a, rel))} of {t}", "a numeric argument")
         values = base.map(*keep, f"CAST({value(arg)} AS DOUBLE) AS `{v}`")
         if isinstance(a.this, exp.Distinct):
@@ -1352,6 +1346,10 @@ class Lowering:
                     if population else
                     f"CASE WHEN `{n}` < 2 THEN NULL ELSE `{s}` / greatest(`{n}` - 1, 1) END")
         return sums.map(*keep, f"{f'sqrt({variance})' if root else variance} AS `{name}`")
+
+    def _argument(self, e) -> str:
+        """An aggregate's argument as SQL text (no aggregate or window inside)."""
+        return _text(self._checked(e, "an aggregate"))
 
     def _agg_type(self, a, types):
         from .types import sum_type
@@ -1799,6 +1797,12 @@ def _resolved(e, rel: Rel):
             return exp.column(col.internal, quoted=True)
         return node
     return e.copy().transform(swap)
+
+
+def _skipping(x: str, phantom: Optional[str]) -> str:
+    """An aggregate's argument `x`, NULL on the `phantom` row (_phantom), which every
+    aggregate skips."""
+    return f"CASE WHEN `{phantom}` THEN NULL ELSE {x} END" if phantom is not None else x
 
 
 def _shown(e, rel: Rel):

@@ -333,7 +333,7 @@ class Runner:
 
     def _run(self, step: SparkStep):
         """Every output's changes for the step, and every reduction's pending updates,
-        materialised as concurrent Spark jobs (none for what is known to be empty), with
+        materialised by Spark jobs one at a time (none for what is known to be empty), with
         what the step deferred (spine merges, batches no job read: spine.deferred)."""
         with deferring() as later:
             return self._run_deferring(step, later)

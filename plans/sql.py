@@ -582,27 +582,28 @@ class Lowering:
 
     def _join(self, left: Rel, right: Rel, conds: list, how: str) -> Rel:
         """`left` joined with `right` on `conds`: equalities between the sides are the
-        keys, the rest filters. An inner join without an equality (a cross join, or one
-        on other conditions only) is keyed by a constant: each row meets every row of the
-        other side, and a step costs its changes times the other side's rows."""
+        keys, the rest filters. A join without an equality (a cross join, or one on other
+        conditions only) is keyed by a constant: each row meets every row of the other
+        side, and a step costs its changes times the other side's rows. In an outer join a
+        predicate on the padded side alone filters that side first; any other is
+        `_outer_mixed`'s."""
         keys, rest = [], []
         for c in conds:
             pair = self._key_pair(c, left, right)
             (keys if pair else rest).append(pair or c)
-        if not keys and how == "inner":
-            keys = [(exp.Literal.number(1), exp.Literal.number(1))]
         if not keys:
-            raise refuse(f"a join without an equality between its sides ({how.upper()} JOIN)",
-                         "outer joins are equi-joins")
+            keys = [(exp.Literal.number(1), exp.Literal.number(1))]
         if how != "inner":
-            # a predicate on the side that may be padded filters it before the join
-            pad = {"left": right, "right": left}.get(how)
+            pad, mixed = {"left": right, "right": left}.get(how), []
             for c in rest:
                 if pad is None or not self._within(c, pad):
-                    raise refuse(f"{how.upper()} JOIN condition {_text(c)}", "outer joins "
-                                 "take equalities, and predicates on the padded side only")
+                    mixed.append(c)
+                    continue
                 filtered = Rel(pad.coll.filter(self._expr(c, pad, "ON")), pad.cols)
                 left, right = (left, filtered) if how == "left" else (filtered, right)
+                pad = filtered
+            if mixed:
+                return self._outer_mixed(left, right, keys, mixed, how)
             rest = []
         names = [self.fresh("k") for _ in keys]
         casts = self._key_casts(keys, left, right)
@@ -612,6 +613,43 @@ class Lowering:
         for c in rest:
             rel = Rel(rel.coll.filter(self._expr(c, rel, "ON")), rel.cols)
         return rel
+
+    def _outer_mixed(self, left: Rel, right: Rel, keys: list, mixed: list, how: str) -> Rel:
+        """An outer join whose ON also reads the preserved side(s) otherwise than by the
+        keys (l.k = r.k AND l.a < r.b, or a predicate on the preserved side alone, which
+        pads the rows it fails): the inner join on the keys filtered by `mixed`, plus each
+        preserved side's rows that no pair survived for, padded with NULLs. A preserved
+        row is told apart by a tag of all its columns (_tie_key: a NULL in it matches
+        itself, as the row it came from must); a row with a NULL key meets nothing."""
+        names = [self.fresh("k") for _ in keys]
+        casts = self._key_casts(keys, left, right)
+        tags = {side: self.fresh("tag") for side in
+                (("left", "right") if how == "full" else (how,))}
+
+        def keyed(rel: Rel, exprs, types, tag):
+            own = [f"`{c.internal}`" for c in rel.cols]
+            tagged = [f"{_tie_key(own, [c.type for c in rel.cols])} AS `{tag}`"] if tag else []
+            return rel.coll.map(*own, *(f"{_cast(self._expr(e, rel, 'ON'), t)} AS `{n}`"
+                                        for e, n, t in zip(exprs, names, types)), *tagged)
+        lk = keyed(left, [a for a, _ in keys], [t for t, _ in casts], tags.get("left"))
+        rk = keyed(right, [b for _, b in keys], [t for _, t in casts], tags.get("right"))
+        cols = left.cols + right.cols
+        pairs = Rel(lk.join(rk, on=names), cols)
+        matched = pairs.coll.filter(" AND ".join(f"({self._expr(c, pairs, 'ON')})"
+                                                 for c in mixed))
+        parts = [matched.map(*(f"`{c.internal}`" for c in cols))]
+        for side, tag in tags.items():
+            own, k = (left, lk) if side == "left" else (right, rk)
+            mine = {id(c) for c in own.cols}
+            for c in cols:
+                if id(c) not in mine and c.type is None:
+                    raise refuse(f"{how.upper()} JOIN padding column {c.name} of an unknown "
+                                 "type", "CAST it in a derived table")
+            alone = k.antijoin(matched.map(*(f"`{n}`" for n in names), f"`{tag}`"),
+                               on=names + [tag])
+            parts.append(alone.map(*(f"`{c.internal}`" if id(c) in mine else
+                                     f"CAST(NULL AS {c.type}) AS `{c.internal}`" for c in cols)))
+        return Rel(parts[0].concat(*parts[1:]), cols)
 
     def _key_casts(self, pairs, left: Rel, right: Rel) -> list[tuple]:
         """Per key pair a = b (a of `left`, b of `right`), the types to CAST a and b to

@@ -625,14 +625,10 @@ class Lowering:
         casts = self._key_casts(keys, left, right)
         tags = {side: self.fresh("tag") for side in
                 (("left", "right") if how == "full" else (how,))}
-
-        def keyed(rel: Rel, exprs, types, tag):
-            own = [f"`{c.internal}`" for c in rel.cols]
-            tagged = [f"{_tie_key(own, [c.type for c in rel.cols])} AS `{tag}`"] if tag else []
-            return rel.coll.map(*own, *(f"{_cast(self._expr(e, rel, 'ON'), t)} AS `{n}`"
-                                        for e, n, t in zip(exprs, names, types)), *tagged)
-        lk = keyed(left, [a for a, _ in keys], [t for t, _ in casts], tags.get("left"))
-        rk = keyed(right, [b for _, b in keys], [t for _, t in casts], tags.get("right"))
+        lk = self._keyed(left, [a for a, _ in keys], names, [t for t, _ in casts],
+                         tags.get("left"))
+        rk = self._keyed(right, [b for _, b in keys], names, [t for _, t in casts],
+                         tags.get("right"))
         cols = left.cols + right.cols
         pairs = Rel(lk.join(rk, on=names), cols)
         matched = pairs.coll.filter(" AND ".join(f"({self._expr(c, pairs, 'ON')})"
@@ -670,13 +666,15 @@ class Lowering:
             casts.append(tuple(None if same_type(x, t) else t for x in (ta, tb)))
         return casts
 
-    def _keyed(self, rel: Rel, exprs, names, casts=None):
+    def _keyed(self, rel: Rel, exprs, names, casts=None, tag: Optional[str] = None):
         """Only the columns the query sees, plus the join keys (each CAST to its type in
-        `casts`, where given and not None)."""
+        `casts`, where given and not None), plus, where `tag` names one, a column telling
+        the row apart by all those it sees (_tie_key)."""
         casts = casts or [None] * len(names)
-        return rel.coll.map(*(f"`{c.internal}`" for c in rel.cols),
-                            *(f"{_cast(self._expr(e, rel, 'ON'), t)} AS `{n}`"
-                              for e, n, t in zip(exprs, names, casts)))
+        own = [f"`{c.internal}`" for c in rel.cols]
+        tagged = [f"{_tie_key(own, [c.type for c in rel.cols])} AS `{tag}`"] if tag else []
+        return rel.coll.map(*own, *(f"{_cast(self._expr(e, rel, 'ON'), t)} AS `{n}`"
+                                    for e, n, t in zip(exprs, names, casts)), *tagged)
 
     def _key_pair(self, c, left: Rel, right: Rel):
         if not isinstance(c, exp.EQ):

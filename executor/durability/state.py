@@ -437,13 +437,12 @@ class Store:
         return {"records": old["records"] + len(lines), "bytes": old["bytes"] + len(data)}
 
     def _write(self, writes: dict, buckets: dict) -> None:
-        """Write new frames as Parquet (Spark frames as concurrent Spark jobs, Arrow tables by
-        pyarrow; Spark's trace batches bucketed by their key, executor/durability/layout.py) and
-        fsync them."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        def one(item):
-            name, (_, frame, trace) = item
+        """Write new frames as Parquet (Spark frames by Spark, one job after another; Arrow
+        tables by pyarrow; Spark's trace batches bucketed by their key,
+        executor/durability/layout.py) and fsync them. Never as concurrent Spark jobs: a job's
+        end checkpoints marked RDDs under Spark's global checkpoint lock while another job's
+        planning holds an RDD's lock (the deadlock of spine.materialise_all)."""
+        for name, (_, frame, trace) in writes.items():
             path = os.path.join(self.dir, DATA, name)
             keys, times = (trace.keys, trace.time_cols) if trace is not None else ([], [])
             state_layout.write(frame, path, keys, times, buckets[name])
@@ -451,14 +450,6 @@ class Store:
                 for f in files:
                     fsync_file(os.path.join(root, f))
                 _fsync_dir(root)
-
-        spark = [w for w in writes.items() if isinstance(w[1][1], DataFrame)]
-        for item in writes.items():  # Arrow tables here: starting threads costs more
-            if not isinstance(item[1][1], DataFrame):
-                one(item)
-        if spark:
-            with ThreadPoolExecutor(max_workers=min(8, len(spark))) as pool:
-                list(pool.map(one, spark))
         _fsync_dir(os.path.join(self.dir, DATA))
 
     # -------------------------------------------------------------- garbage collection

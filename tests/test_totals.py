@@ -288,6 +288,48 @@ def test_a_spark_step_reads_the_totals_it_changes_and_regroups_only_unsure_keys(
     assert rebuilt == [0, 0, 4, 4], rebuilt  # the load's and the step after the driver's
 
 
+def test_a_global_total_on_spark_reads_its_totals_whole_and_skips_a_step_without_rows(
+        spark, conf, monkeypatch):
+    """On the Spark placement a global reduction's totals are read whole, without the
+    broadcast of the step's keys that picks a keyed reduction's (one job fewer a step): the
+    one key is touched when the step has rows. A step whose every update fails a filter
+    upstream has none (the reduction's input is empty, which no job told the plan): its
+    totals must not come out as a change (a count, never re-read from its group, would
+    emit its total again: caught by counting the held rows as the step's). Checked against
+    the reference, and that the keyed sum beside it still picks its keys."""
+    from executor.operators.reduce import spark_totals
+    from executor.reference import reference
+
+    flow = Dataflow()
+    s = flow.input("s", S)
+    kept = s.filter("x > 0")
+    flow.output("total", kept.sum("p"))
+    flow.output("agg", kept.aggregate(n="count(*)", sx="sum(x)"))
+    flow.output("n", kept.count())
+    flow.output("sum_p", kept.sum("p", by=["k"]))
+    picked = []
+    real = spark_totals.of_keys
+    monkeypatch.setattr(spark_totals, "of_keys", lambda rows, keys, kq, *a, **k: picked.append(
+        tuple(kq)) or real(rows, keys, kq, *a, **k))
+    steps = [
+        [_u(0, 1, k="a", x=1, p="1.50"), _u(0, 1, k="b", x=2, p="2.25")],
+        [_u(1, 1, k="a", x=-1, p="9.00"), _u(1, -1, k="c", x=0, p="4.00")],  # all filtered
+        [_u(2, -1, k="a", x=1, p="1.50")],
+        [_u(3, 1, k="b", x=0, p="1.00")],  # all filtered again
+    ]
+    stream = [u for step in steps for u in step]
+    expected = reference(spark, flow.outputs, {"s": stream})
+    runner = Runner(flow, conf=conf | {"diffspark.host.step_rows": "0"}, spark=spark)
+    for upto, step in enumerate(steps, start=1):
+        picked.clear()
+        assert not runner.step({"s": updates_table(S, step)}, upto=upto).host
+        got = outputs_rows(runner, list(flow.outputs))
+        for name in flow.outputs:
+            assert got[name] == [u for u in expected[name] if u[1] < upto], (name, upto)
+        if upto > 1:  # the keyed sum's keys are picked, never the global ones'
+            assert picked and all(picked), (upto, picked)
+
+
 def test_a_spark_step_of_one_time_emits_consolidated_changes_unconsolidated_by_the_runner(
         spark, conf, monkeypatch):
     """On the Spark placement, a step of one time (upto = frontier + 1) takes one aggregate

@@ -189,8 +189,13 @@ def changes(node: ir.Reduce, ready: DataFrame, frontier: int, held: list[DataFra
         rows = _summed(rows.groupBy(*kq, TIME), terms)
     rows = rows.withColumn(SEEN, F.lit(False))
     if held:
-        base = (_summed(of_keys(fold(DataFrame.unionByName, held), ready, kq, same)
-                        .groupBy(*kq), terms)
+        totals = fold(DataFrame.unionByName, held)
+        # the touched keys' totals, picked by a broadcast of the step's keys (a job of its
+        # own, run when the step's plan is made); a global reduction's one key is touched
+        # whenever the step has rows, and _per_key drops it otherwise: its totals are read
+        # whole, by the step's one job (a job fewer per global reduction and step)
+        picked = totals if single and not kq else of_keys(totals, ready, kq, same)
+        base = (_summed(picked.groupBy(*kq), terms)
                 .withColumn(TIME, F.lit(frontier - 1).cast("bigint"))
                 .withColumn(SEEN, F.lit(True)))
         rows = rows.unionByName(base.select(*rows.columns))
@@ -235,8 +240,8 @@ def _per_key(rows: DataFrame, kq: list[str], terms: list[tuple], held: bool) -> 
     """One row per touched key: its totals before the step (`_before`), the step's terms
     (`_step`) and the totals after (`_now`), and whether it was seen before (never, without
     `held` totals: one sum per term)."""
-    # a global reduction's aggregate has a row even over no rows: it is dropped
-    some = [] if kq else [F.count(F.lit(1)).alias("__rows")]
+    # a global reduction's aggregate has a row even over no rows of the step: it is dropped
+    some = [] if kq else [F.count(F.when(~F.col(SEEN), 1)).alias("__rows")]
     if not held:
         per_key = _counted(rows.groupBy(*kq).agg(*some, *_sums(terms, "_step")), terms, "_step")
         per_key = per_key.select("*", F.lit(False).alias(SEEN), *[

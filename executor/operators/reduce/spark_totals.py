@@ -193,7 +193,8 @@ def changes(node: ir.Reduce, ready: DataFrame, frontier: int, held: list[DataFra
         # the touched keys' totals, picked by a broadcast of the step's keys (a job of its
         # own, run when the step's plan is made); a global reduction's one key is touched
         # whenever the step has rows, and _per_key drops it otherwise: its totals are read
-        # whole, by the step's one job (a job fewer per global reduction and step)
+        # whole, by the step's one job (a job fewer per global reduction and step). A step
+        # of several times keeps the pick: _over_times has no such guard
         picked = totals if single and not kq else of_keys(totals, ready, kq, same)
         base = (_summed(picked.groupBy(*kq), terms)
                 .withColumn(TIME, F.lit(frontier - 1).cast("bigint"))

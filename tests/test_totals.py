@@ -296,9 +296,12 @@ def test_a_global_total_on_spark_reads_its_totals_whole_and_skips_a_step_without
     upstream has none (the reduction's input is empty, which no job told the plan): its
     totals must not come out as a change (a count, never re-read from its group, would
     emit its total again: caught by counting the held rows as the step's). Checked against
-    the reference, and that the keyed sum beside it still picks its keys."""
+    the reference, and that the keyed sum beside it, its totals taken for many keys, still
+    picks its keys."""
     from executor.operators.reduce import spark_totals
     from executor.reference import reference
+
+    monkeypatch.setattr(spark_totals, "WHOLE_KEYS", 0)
 
     flow = Dataflow()
     s = flow.input("s", S)
@@ -328,6 +331,72 @@ def test_a_global_total_on_spark_reads_its_totals_whole_and_skips_a_step_without
             assert got[name] == [u for u in expected[name] if u[1] < upto], (name, upto)
         if upto > 1:  # the keyed sum's keys are picked, never the global ones'
             assert picked and all(picked), (upto, picked)
+
+
+def test_few_keyed_totals_on_spark_are_read_whole_and_picked_once_they_grow(
+        spark, conf, monkeypatch):
+    """On the Spark placement a keyed reduction whose totals hold few keys (at most
+    WHOLE_KEYS, counted by the step that last read them all) reads them whole by the step's
+    one job instead of picking the touched keys' by a broadcast job; keys read but not
+    touched emit nothing and are never re-read from their groups, though their totals
+    cannot decide them ("b": its p only NULL, its x's weight zero); such a step's totals
+    after replace the held ones (one batch, never merged); once a step counts more keys,
+    the next picks and appends. Checked against the reference; the picks, regroupings and
+    totals' batches counted."""
+    from executor.operators.reduce import spark as grid, spark_totals
+    from executor.reference import reference
+
+    monkeypatch.setattr(spark_totals, "WHOLE_KEYS", 2)
+    flow = Dataflow()
+    s = flow.input("s", S)
+    flow.output("sum_p", s.sum("p", by=["k"]))
+    flow.output("agg", s.aggregate(by=["k"], n="count(*)", sx="sum(x)"))
+    flow.output("n", s.count(by=["k"]))
+    picked, regrouped = [], []
+    real = spark_totals.of_keys
+
+    def of_keys(rows, keys, kq, *a, how="left_semi", **k):
+        if how == "left_semi":  # a pick of the touched keys' totals (not of unsure keys')
+            picked.append(tuple(kq))
+        return real(rows, keys, kq, *a, how=how, **k)
+    monkeypatch.setattr(spark_totals, "of_keys", of_keys)
+    real_grid = grid._regrouped
+    monkeypatch.setattr(grid, "_regrouped", lambda node, view, ready, *a: regrouped.append(
+        sorted(r[0] for r in ready.select("k").distinct().collect())) or
+        real_grid(node, view, ready, *a))
+    kept = []
+    real_delta = spark_totals.delta
+
+    def delta(*a, **k):
+        out, totals = real_delta(*a, **k)
+        kept.append((len(totals.spine.batches), totals.keys))
+        return out, totals
+    monkeypatch.setattr(spark_totals, "delta", delta)
+    steps = [
+        [_u(0, 1, k="a", x=1, p="1.50"), _u(0, 1, k="b", x=None, p=None)],  # two keys
+        [_u(1, 1, k="a", x=2, p="2.25")],  # read whole; "b" untouched
+        [_u(2, -1, k="a", x=1, p="1.50"), _u(2, 1, k="c", x=3, p="1.00")],  # whole: 3 keys
+        [_u(3, 1, k="b", x=4, p="4.00")],  # picked; "b" touched: its result before regrouped
+        [_u(4, -1, k="c", x=3, p="1.00")],  # picked; "c" empties: regrouped
+    ]
+    stream = [u for step in steps for u in step]
+    expected = reference(spark, flow.outputs, {"s": stream})
+    runner = Runner(flow, conf=conf | {"diffspark.host.step_rows": "0"}, spark=spark)
+    seen = []
+    for upto, step in enumerate(steps, start=1):
+        picked.clear()
+        regrouped.clear()
+        kept.clear()
+        assert not runner.step({"s": updates_table(S, step)}, upto=upto).host
+        got = outputs_rows(runner, list(flow.outputs))
+        for name in flow.outputs:
+            assert got[name] == [u for u in expected[name] if u[1] < upto], (name, upto)
+        seen.append((len(picked), sorted(map(tuple, regrouped)), set(kept)))
+    # a count's totals always decide; sum_p's and agg's "b" is regrouped only where
+    # touched, "c" where it empties; (batches, keys) of the three reductions' totals
+    assert seen == [(0, [("b",), ("b",)], {(1, 2)}), (0, [], {(1, 2)}), (0, [], {(1, 3)}),
+                    (3, [("b",), ("b",)], {(2, None)}), (3, [("c",), ("c",)], {(3, None)})], \
+        seen
 
 
 def test_a_spark_step_of_one_time_emits_consolidated_changes_unconsolidated_by_the_runner(

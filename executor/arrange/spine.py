@@ -82,16 +82,17 @@ def is_computed(df: DataFrame) -> bool:
         return True
     if df not in _projected:
         return False
-    while kind in ("Project", "Generate"):
+    while kind in ("Project", "Generate", "Filter"):
         plan = plan.child()
         kind = plan.getClass().getSimpleName()
     return kind == "LogicalRDD" and bool(plan.rdd().isCheckpointed())
 
 
 # Frames read in one pass from a checkpoint whose job computed every value they hold (a
-# reduction's changes from its running totals, casts included: spark_totals.py), so that
-# reading them later can neither fail nor cost more than the read. Other projections
-# (an output's map, whose division by zero fails under ANSI) are materialised in the step.
+# reduction's changes from its running totals, casts and the filter included:
+# spark_totals.py), so that reading them later can neither fail nor cost more than the
+# read. Other projections (an output's map, whose division by zero fails under ANSI) are
+# materialised in the step.
 _projected: "weakref.WeakSet[DataFrame]" = weakref.WeakSet()
 
 

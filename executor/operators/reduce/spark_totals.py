@@ -43,9 +43,13 @@ from executor.operators.reduce.keyed import of_keys, signed
 from executor.time import DIFF, TIME
 from plans import ir
 
-SEEN, NEXT, OUT = "__seen", "__next", "__out"
+SEEN, NEXT, OUT, ROWS, UNSURE = "__seen", "__next", "__out", "__rows", "__unsure"
 LONG = 2 ** 63 - 1
 BROADCAST_ROWS = 100_000  # unsure keys beyond it are joined by a shuffle, not broadcast
+# totals of at most this many keys are read whole by the step's one job: picking the touched
+# keys' instead takes a job of its own (0.3-0.7 s at 1M orders), reading 10k small rows a
+# few milliseconds of that job
+WHOLE_KEYS = 10_000
 
 
 @dataclass(frozen=True)
@@ -55,13 +59,25 @@ class Totals:
 
     spine: Spine
     at: int
+    keys: Optional[int] = None  # at most this many keys (rows summed per key); None: unknown
+
+
+@dataclass(frozen=True)
+class After:
+    """What a step leaves of the totals: `rows` to append to them, or (`whole`) the totals
+    of every key, which replace them; at most how many keys they hold (None: not
+    counted)."""
+
+    rows: DataFrame
+    keys: Optional[int]
+    whole: bool
 
 
 def carried(trace, red: ir.Reduction, upper: int) -> None:
     """A step that left the reduction's input alone: its totals hold up to `upper`."""
     kept = trace.spark_totals.get(red)
     if kept is not None:
-        trace.spark_totals[red] = Totals(kept.spine, upper)
+        trace.spark_totals[red] = Totals(kept.spine, upper, kept.keys)
 
 
 def layout(node: ir.Reduce, kinds: dict) -> Optional[list[tuple]]:
@@ -153,9 +169,11 @@ def delta(node: ir.Reduce, view, ready: DataFrame, frontier: int, kept: Optional
     if kept is None or kept.at != frontier:
         kinds = {f.name: f.dataType for f in ready.schema.fields}
         kept = _rebuilt(view, frontier, kq, terms, kinds)
-    out, added = changes(node, ready, frontier, [b for _, b in kept.spine.batches], terms,
-                         same, regrouped, schema, single)
-    return out, Totals(kept.spine.appended(added, 1), upper)
+    out, after = changes(node, ready, frontier, [b for _, b in kept.spine.batches], terms,
+                         same, regrouped, schema, single, kept.keys, keeps=True)
+    spine = _spine(kq, terms) if after.whole else kept.spine
+    return out, Totals(spine.appended(after.rows, 1), upper, after.keys)
+
 
 
 def count_changes(node: ir.Reduce, view, ready: DataFrame, frontier: int, same,
@@ -169,10 +187,11 @@ def count_changes(node: ir.Reduce, view, ready: DataFrame, frontier: int, same,
 
 
 def changes(node: ir.Reduce, ready: DataFrame, frontier: int, held: list[DataFrame],
-            terms: list[tuple], same, regrouped, schema: StructType,
-            single: bool) -> tuple[DataFrame, DataFrame]:
-    """(the reduction's changes at the times of `ready`, of `schema`; the rows to add to the
-    totals: key columns and `terms`' columns).
+            terms: list[tuple], same, regrouped, schema: StructType, single: bool,
+            keys_held: Optional[int] = None,
+            keeps: bool = False) -> tuple[DataFrame, After]:
+    """(the reduction's changes at the times of `ready`, of `schema`; the totals after them:
+    key columns and `terms`' columns).
     `held`: frames of totals (key columns and `terms`' columns, summed per key) before
     `frontier`;
     `regrouped(keys, broadcast)`: the grid path's changes for those keys (a frame of key
@@ -180,7 +199,11 @@ def changes(node: ir.Reduce, ready: DataFrame, frontier: int, held: list[DataFra
     count;
     `single`: every update of `ready` is at time `frontier` (a step of one time): one
     aggregate per key replaces the window over times, and the changes come out
-    consolidated."""
+    consolidated;
+    `keys_held`: at most how many keys `held` holds (None: unknown, or `held` are not
+    totals), so that a step of one time reads them whole when they are few;
+    `keeps`: the caller keeps the totals, so a count counts their keys where that lets the
+    next step read them whole."""
     keys = list(node.by)
     kq = list(map(q, keys))
     kinds = {f.name: f.dataType for f in ready.schema.fields}
@@ -188,14 +211,15 @@ def changes(node: ir.Reduce, ready: DataFrame, frontier: int, held: list[DataFra
     if not single:
         rows = _summed(rows.groupBy(*kq, TIME), terms)
     rows = rows.withColumn(SEEN, F.lit(False))
+    # a step of one time reads few totals (a global reduction's one key) whole, by its one
+    # job, and keeps the keys it touched (ROWS > 0); its totals after replace them (no
+    # merges). Other totals are picked by a broadcast of the step's keys, a job of its own
+    # run when the step's plan is made
+    whole = single and bool(held) and (
+        not kq or (keys_held is not None and keys_held <= WHOLE_KEYS))
     if held:
         totals = fold(DataFrame.unionByName, held)
-        # the touched keys' totals, picked by a broadcast of the step's keys (a job of its
-        # own, run when the step's plan is made); a global reduction's one key is touched
-        # whenever the step has rows, and _per_key drops it otherwise: its totals are read
-        # whole, by the step's one job (a job fewer per global reduction and step). A step
-        # of several times keeps the pick: _over_times has no such guard
-        picked = totals if single and not kq else of_keys(totals, ready, kq, same)
+        picked = totals if whole else of_keys(totals, ready, kq, same)
         base = (_summed(picked.groupBy(*kq), terms)
                 .withColumn(TIME, F.lit(frontier - 1).cast("bigint"))
                 .withColumn(SEEN, F.lit(True)))
@@ -205,44 +229,54 @@ def changes(node: ir.Reduce, ready: DataFrame, frontier: int, held: list[DataFra
     if single:  # each key's changes, computed with its totals by the same job: the step's
         # output is a projection of that job's checkpoint (no job of its own)
         running = running.withColumn(OUT, _changes(node, terms, schema))
+    # the count of the totals' keys after the step, where the step reads every key
+    learn = keeps and bool(kq) and (whole or not held)
 
     def emitted(computed: DataFrame) -> DataFrame:
-        return projected(_inlined(computed, keys, frontier, schema)) if single else \
-            _emitted(node, computed, keys, terms, frontier, schema)
+        return projected(_inlined(computed.where(F.col(ROWS) > 0), keys, frontier, schema)) \
+            if single else _emitted(node, computed, keys, terms, frontier, schema)
 
     if node.reduction.kind == "count":  # always decided: the rows are computed lazily
         running = checkpoint(running, eager=False, storage=STEP)
-        return emitted(running), _added(running, kq, terms, single)
+        return emitted(running), After(_added(running, kq, terms, single, whole),
+                                       running.count() if learn else None, whole)
     doubt = _unsure(node, terms, kinds, "now")
-    if single:  # the result retracted is decided by the totals before
-        doubt = doubt | (F.col(SEEN) & _unsure(node, terms, kinds, "before"))
-    # one job computes the running totals (kept) and counts the rows they cannot decide
-    running = checkpoint(running.withColumn("__unsure", doubt), eager=False, storage=STEP)
-    unsure = running.where("__unsure").count()
+    if single:  # the result retracted is decided by the totals before; keys read whole
+        # but not touched are left alone
+        doubt = (doubt | (F.col(SEEN) & _unsure(node, terms, kinds, "before"))) & \
+            (F.col(ROWS) > 0)
+    # one job computes the running totals (kept), counts the rows they cannot decide and
+    # the keys
+    running = checkpoint(running.withColumn(UNSURE, doubt), eager=False, storage=STEP)
+    every, unsure = running.agg(F.count(F.lit(1)), F.count(F.when(F.col(UNSURE), 1))).first()
     out = emitted(running)
-    added = _added(running, kq, terms, single)
+    after = After(_added(running, kq, terms, single, whole), every if learn else None, whole)
     if not unsure:
-        return out, added
-    bad = running.where("__unsure").select(*kq).distinct()
+        return out, after
+    bad = running.where(UNSURE).select(*kq).distinct()
     small = unsure <= BROADCAST_ROWS
     decided = of_keys(out, bad, kq, same, how="left_anti", broadcast=small)
     again = _cast(regrouped(bad, small), schema)
-    return decided.unionByName(consolidate(again, [TIME]) if single else again), added
+    return decided.unionByName(consolidate(again, [TIME]) if single else again), after
 
 
-def _added(running: DataFrame, kq: list[str], terms: list[tuple], single: bool) -> DataFrame:
+def _added(running: DataFrame, kq: list[str], terms: list[tuple], single: bool,
+           whole: bool) -> DataFrame:
     """The rows the step adds to the totals (read from the checkpointed `running`, so that
-    the spine never recomputes them): its terms per touched key (and time)."""
-    step = running if single else running.where(~F.col(SEEN))
+    the spine never recomputes them): its terms per touched key (and time); `whole`: every
+    key's totals after the step."""
+    if whole:
+        return running.select(*kq, *[F.col(f"{n}_now").alias(n) for n, _, _ in terms])
+    step = running.where(F.col(ROWS) > 0) if single else running.where(~F.col(SEEN))
     return step.select(*kq, *[F.col(f"{n}_step").alias(n) for n, _, _ in terms])
 
 
 def _per_key(rows: DataFrame, kq: list[str], terms: list[tuple], held: bool) -> DataFrame:
-    """One row per touched key: its totals before the step (`_before`), the step's terms
-    (`_step`) and the totals after (`_now`), and whether it was seen before (never, without
-    `held` totals: one sum per term)."""
-    # a global reduction's aggregate has a row even over no rows of the step: it is dropped
-    some = [] if kq else [F.count(F.when(~F.col(SEEN), 1)).alias("__rows")]
+    """One row per key of `rows`: its totals before the step (`_before`), the step's terms
+    (`_step`) and the totals after (`_now`), whether it was seen before (never, without
+    `held` totals: one sum per term) and the step's rows of it (ROWS; 0: a key of totals
+    read whole, or a global reduction's one row over none)."""
+    some = [F.count(F.when(~F.col(SEEN), 1)).alias(ROWS)]
     if not held:
         per_key = _counted(rows.groupBy(*kq).agg(*some, *_sums(terms, "_step")), terms, "_step")
         per_key = per_key.select("*", F.lit(False).alias(SEEN), *[
@@ -255,7 +289,7 @@ def _per_key(rows: DataFrame, kq: list[str], terms: list[tuple], held: bool) -> 
         per_key = _counted(_counted(per_key, terms, "_step"), terms, "_now")
         per_key = per_key.select("*", *[F.try_subtract(F.col(f"{n}_now"), F.col(f"{n}_step"))
                                         .alias(f"{n}_before") for n, _, _ in terms])
-    return per_key if kq else per_key.where(F.col("__rows") > 0).drop("__rows")
+    return per_key
 
 
 def _over_times(rows: DataFrame, kq: list[str], terms: list[tuple]) -> DataFrame:
@@ -272,12 +306,17 @@ def _over_times(rows: DataFrame, kq: list[str], terms: list[tuple]) -> DataFrame
 def _rebuilt(view, frontier: int, kq: list[str], terms: list[tuple], kinds: dict) -> Totals:
     """The totals of every key from the trace's batches before `frontier` (once, after a
     step that did not keep them: the first, a driver step, a resume)."""
-    spine = Spine(_merged(kq, terms), slack=4, tiered=True)
+    spine = _spine(kq, terms)
     if not view.old:
-        return Totals(spine, frontier)
+        return Totals(spine, frontier, 0)
     rows = fold(DataFrame.union, view.old).where(F.col(TIME) < frontier)
     grouped = _summed(rows.select(*kq, *_terms(terms, kinds)).groupBy(*kq), terms)
     return Totals(spine.appended(checkpoint(grouped, eager=False), 1), frontier)
+
+
+def _spine(kq: list[str], terms: list[tuple]) -> Spine:
+    """An empty spine of totals."""
+    return Spine(_merged(kq, terms), slack=4, tiered=True)
 
 
 def _merged(kq: list[str], terms: list[tuple]):

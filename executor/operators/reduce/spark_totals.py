@@ -47,8 +47,9 @@ SEEN, NEXT, OUT, ROWS, UNSURE = "__seen", "__next", "__out", "__rows", "__unsure
 LONG = 2 ** 63 - 1
 BROADCAST_ROWS = 100_000  # unsure keys beyond it are joined by a shuffle, not broadcast
 # totals of at most this many keys are read whole by the step's one job: picking the touched
-# keys' instead takes a job of its own (0.3-0.7 s at 1M orders), reading 10k small rows a
-# few milliseconds of that job
+# keys' instead takes a job of its own (0.3-0.7 s at 1M orders). Measured (a sum by customer,
+# 8 steps of 1,000 changes, medians): about 10k keys, whole 1.40 s and picked 2.24 s; about
+# 30k keys, whole 2.18 s and picked 1.90 s
 WHOLE_KEYS = 10_000
 
 

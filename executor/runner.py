@@ -23,8 +23,8 @@ from pyspark.sql.types import LongType, StructField, StructType
 from executor import driver
 from executor.arrange.consolidate import consolidate
 from executor.arrange.encoding import Encoder, arrow_schema, check_collations
-from executor.arrange.spine import (STEP, Spine, as_frame, deferring, is_computed, materialise_all,
-                                    output_log, summed)
+from executor.arrange.spine import (STEP, Spine, as_frame, compute_deferred, deferring, is_computed,
+                                    materialise_all, output_log, summed)
 from executor.arrange.trace import Trace
 from executor.durability.state import arrow_digest
 from executor.inputs import tables as input_tables
@@ -355,8 +355,7 @@ class Runner:
         jobs = [(name, df) for name, df in built.items()
                 if name not in idle and not is_computed(df)]  # a reduction's own result
         jobs += [(node, df) for node, df in step.pending.items() if df is not None]
-        done = dict(zip([k for k, _ in jobs], materialise_all([df for _, df in jobs], STEP,
-                                                              later)))
+        done = dict(zip([k for k, _ in jobs], materialise_all([df for _, df in jobs], STEP)))
         step.commits.update({node: done.get(node) for node in step.pending})
         changes, pending, logs = {}, {}, {}
         for name, df in built.items():
@@ -368,7 +367,7 @@ class Runner:
                 pending[name] = combined.where(F.col(TIME) >= upto)
             logs[name] = self._logs[name] if name in idle else \
                 self._logs[name].appended(changes[name])
-        materialise_all([], later=later)  # the logs' merges
+        compute_deferred(later)  # the spines' merges (the logs' too) and unread batches
         return changes, pending, logs
 
     # ------------------------------------------------------------------ reading outputs

@@ -7,8 +7,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from executor.arrange.spine import (Estimate, Spine, _checkpointed, checkpoint, deferred,
-                                    deferring, is_computed, materialise_all, projected)
+from executor.arrange.spine import (Estimate, Spine, _checkpointed, checkpoint,
+                                    compute_deferred, deferred, deferring, is_computed, projected)
 from executor.runner import Runner
 from plans import Dataflow
 from tests.conftest import updates_df
@@ -52,14 +52,29 @@ def test_a_cascade_through_tiers_is_one_merge():
     assert merges == [10] and [s for s, _ in spine.batches] == [64, 64]
 
 
-def test_deferred_frames_are_computed_by_the_steps_end_and_at_once_outside_one(spark):
+def test_deferred_frames_are_computed_by_the_steps_end_in_one_job_and_at_once_outside_one(
+        spark):
+    from pyspark.sql import functions as F
+
     outside = deferred(spark.range(5).repartition(2))
     assert _checkpointed(outside)
+    tracker = spark.sparkContext.statusTracker()
     with deferring() as later:
-        frame = deferred(spark.range(7).repartition(2))
-        assert later == [frame] and not _checkpointed(frame)
-        assert materialise_all([], later=later) == []
-        assert _checkpointed(frame) and frame.count() == 7
+        frames = [deferred(spark.range(7).repartition(2)),
+                  deferred(spark.range(3).select(F.col("id").cast("string").alias("s"))
+                           .repartition(3, "s"))]
+        read = deferred(spark.range(4).repartition(2))
+        assert read.count() == 4 and _checkpointed(read)  # a job that read it computed it
+        assert later == [*frames, read] and not any(map(_checkpointed, frames))
+        jobs = set(tracker.getJobIdsForGroup(None))
+        compute_deferred(later)
+        assert len(set(tracker.getJobIdsForGroup(None)) - jobs) == 1
+        assert all(map(_checkpointed, frames))
+        assert [f.count() for f in frames] == [7, 3]
+        assert sorted(r.s for r in frames[1].collect()) == ["0", "1", "2"]
+        jobs = set(tracker.getJobIdsForGroup(None))
+        compute_deferred(later)  # nothing left to compute: no job
+        assert set(tracker.getJobIdsForGroup(None)) == jobs
 
 
 def test_a_projection_of_a_checkpoint_is_computed_once_a_job_computed_it(spark):

@@ -77,6 +77,53 @@ def test_deferred_frames_are_computed_by_the_steps_end_in_one_job_and_at_once_ou
         assert set(tracker.getJobIdsForGroup(None)) == jobs
 
 
+def test_a_merge_of_computed_batches_waits_for_its_first_reader(spark, conf):
+    """On the Spark placement a tiered merge of computed batches runs no job of its own: the
+    orders' trace of a join whose other side is not changing merges while no step reads it,
+    and the first step that does (the customers change) computes it; a merge over one still
+    waiting is computed by its step's end, so no more than one level waits. Every step's
+    join output stays the oracle's."""
+    from executor.arrange import spine as spine_module
+    from executor.arrange.trace import Trace
+
+    flow = Dataflow()
+    xs, ys = flow.input("xs", "k BIGINT, v BIGINT"), flow.input("ys", "k BIGINT, w STRING")
+    flow.output("j", xs.arrange_by_key("k").join(ys.arrange_by_key("k"), on=["k"]))
+    runner = Runner(flow, conf=conf | {"diffspark.host.step_rows": "0"}, spark=spark)
+    present = {"xs": {}, "ys": {}}
+    waited, merged_over_waiting, before = 0, 0, []
+    for t in range(20):
+        steps = {"xs": [((t % 5, t), t, 1)] + ([(((t - 3) % 5, t - 3), t, -1)] if t >= 3
+                                                else [])}
+        if t == 0:
+            steps["ys"] = [((k, f"w{k}"), t, 1) for k in range(4)]
+        elif t in (9, 17):
+            steps["ys"] = [((t % 4, f"w{t % 4}"), t, -1), ((t % 4, f"w{t % 4}"), t, 1),
+                           ((t % 4, f"x{t}"), t, 1)]
+        for name, rows in steps.items():
+            for r, _, d in rows:
+                present[name][r] = present[name].get(r, 0) + d
+        runner.step({name: updates_df(spark, {"xs": "k BIGINT, v BIGINT",
+                                              "ys": "k BIGINT, w STRING"}[name], rows)
+                     for name, rows in steps.items()}, upto=t + 1)
+        xtrace = next(v for n, v in runner._state.items() if isinstance(v, Trace)
+                      and getattr(getattr(n, "input", None), "name", None) == "xs")
+        batches = [b for _, b in xtrace.spine.batches]
+        waiting = [b for b in batches if b in spine_module._unread and not _checkpointed(b)]
+        waited += bool(waiting)
+        if "ys" in steps and t:  # this step read the orders' trace: none of it waits now
+            assert not waiting, t
+        if any(not any(b is w for b in batches) for w in before):  # a waiting one merged
+            merged_over_waiting += 1
+            assert not waiting, t  # ... by a merge the step computed, below it too
+        before = waiting
+        got = {(r["k"], r["v"], r["w"]) for r in runner.snapshot("j", t).collect()}
+        want = {(k, v, w) for (k, v), m in present["xs"].items() if m
+                for (k2, w), n in present["ys"].items() if n and k2 == k}
+        assert got == want, t
+    assert waited >= 3 and merged_over_waiting >= 1, (waited, merged_over_waiting)
+
+
 def test_a_projection_of_a_checkpoint_is_computed_once_a_job_computed_it(spark):
     """A reduction's changes are projected from its running totals' checkpoint: marked so,
     they need no job of their own once a job of the step has computed it, and one while it

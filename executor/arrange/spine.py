@@ -13,7 +13,8 @@ below a bigger one kept the tail merging) and holds O(slack log n / log slack) b
 Merging cuts lineage (localCheckpoint): without it, plans grow with every step until the
 driver runs out of heap. A merge during a Spark step is `deferred`: computed by the first
 job that reads it, or at the step's end, after the step's outputs, rather than
-as a job of its own in the middle of the step. (Starting it at once as a background job,
+as a job of its own in the middle of the step; a tiered merge of computed batches waits for
+its first reader even past the step's end (_left_to_readers). (Starting it at once as a background job,
 beside the step's own jobs, deadlocked Spark 4.1.1: a job's end checkpoints the marked
 RDDs of its lineage under RDDCheckpointData's lock and then an RDD's, while the
 DAGScheduler, planning another job over the same lineage, holds that RDD's and waits for
@@ -174,6 +175,31 @@ def deferred(df: DataFrame, storage: StorageLevel = STORAGE) -> DataFrame:
     return frame
 
 
+# Merges a step left to the first job that reads them (_left_to_readers)
+_unread: "weakref.WeakSet[DataFrame]" = weakref.WeakSet()
+
+
+def _left_to_readers(merged, inputs: list) -> None:
+    """A Spark step's tiered merge of batches that no merge left waiting is computed by the
+    first job that reads it, not by the step's end: the next step's job where it reads the
+    spine (a reduction's totals), and none of its own while nothing does (the orders' trace
+    of a join whose other side is not changing). A merge over one still waiting is computed
+    by the step's end, with it, so at most one level waits and a batch's lineage stays a
+    union of computed batches (a revenue view at 1M orders, 12 steps: the steps that merge
+    both traces' tiers every 4th step cost about 0.25 s more, and about 0.3 s more every 16th
+    where both levels merge). The rows are the same either way; only when the job runs moves."""
+    later = _deferring.get()
+    if later is None or not isinstance(merged, DataFrame) or \
+            any(isinstance(b, DataFrame) and b in _unread and not _checkpointed(b)
+                for b in inputs):
+        return
+    for i, frame in enumerate(later):
+        if frame is merged:
+            del later[i]
+            _unread.add(merged)
+            return
+
+
 def materialise_sized(df: DataFrame, rows: Optional[int]) -> tuple[DataFrame, int]:
     """`df` materialised, and its size: inside `deferring` where `rows` estimates it,
     deferred and that Estimate (no job of its own: a step's new batch is computed by the
@@ -245,8 +271,10 @@ class Spine:
             return out
         first = _tier_from([s for s, _ in batches[:top]], max(2, self.slack))
         if first < top - 1:  # however many tiers cascade: one merge (one Spark job)
-            merged, size = self.merge(reduce(self.combine, [b for _, b in batches[first:top]]),
+            inputs = [b for _, b in batches[first:top]]
+            merged, size = self.merge(reduce(self.combine, inputs),
                                       sum(s for s, _ in batches[first:top]))
+            _left_to_readers(merged, inputs)
             batches[first:top] = [(size, merged)]
         out.batches = batches
         return out

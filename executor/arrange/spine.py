@@ -12,10 +12,10 @@ rule merged 0.6 times per append of one unit after a big batch: a pair of small 
 below a bigger one kept the tail merging) and holds O(slack log n / log slack) batches.
 Merging cuts lineage (localCheckpoint): without it, plans grow with every step until the
 driver runs out of heap. A merge during a Spark step is `deferred`: computed by the first
-job that reads it, or at the step's end, after the step's outputs, rather than
-as a job of its own in the middle of the step; a tiered merge of computed batches waits for
-its first reader even past the step's end (_left_to_readers). (Starting it at once as a background job,
-beside the step's own jobs, deadlocked Spark 4.1.1: a job's end checkpoints the marked
+job that reads it, or at the step's end, after the step's outputs, rather than as a job of
+its own in the middle of the step; a tiered merge of computed batches waits for its first
+reader even past the step's end (_left_to_readers). (Starting it at once as a background
+job, beside the step's own jobs, deadlocked Spark 4.1.1: a job's end checkpoints the marked
 RDDs of its lineage under RDDCheckpointData's lock and then an RDD's, while the
 DAGScheduler, planning another job over the same lineage, holds that RDD's and waits for
 the first.)

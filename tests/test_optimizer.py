@@ -532,3 +532,39 @@ def test_a_node_keeps_its_hash_but_a_pickle_does_not_carry_it():
     copy = pickle.loads(pickle.dumps(node))
     assert "_hash" not in copy.__dict__ and copy == node and hash(copy) == h
     assert isinstance(copy, ir.Node)
+
+
+def test_a_star_reads_every_record_column_in_every_placement(spark, conf):
+    """`*` in an expression stands for the stage's record columns: the optimizer narrows no
+    arrangement under it (prune and project_below_join read it as every column), and
+    neither placement nor the interpreter lets it see an update's time and diff (an
+    insertion and its retraction stay one record that cancels)."""
+    from executor import Runner
+    from plans.optimizer.columns import columns, refs
+    from plans.schema import expand_stars
+
+    assert refs("to_json(struct(*)) AS s") is None and {"a", "b"} <= refs("a * b AS c")
+    assert expand_stars(["*", "hash(a, *) AS h", "a * 2 AS b", "'*' AS c"], ["a", "x`y"]) == \
+        ["`a`", "`x``y`", "hash(a, `a`, `x``y`) AS h", "a * 2 AS b", "'*' AS c"]
+    flow = Dataflow()
+    e, w = flow.input("e", E), flow.input("w", W)
+    j = e.join(w.map("node AS src", "w"), on=["src"])
+    flow.output("json", j.map("src", "to_json(struct(*)) AS s").map("s"))
+    flow.output("hashed", j.filter("hash(*) % 2 = 0").map("src", "dst"))
+    flow.output("all", e.map("*", "src + dst AS total"))
+    done = optimize(flow.outputs)
+    for name in ("json", "hashed"):
+        assert {columns(n, {}) for n in nodes({name: done.plan[name]}, ir.Arrange)} == \
+            {("src", "dst"), ("src", "w")}, name
+    inputs = {"e": (E, [((1, 2), 0, 1), ((1, 3), 0, 1), ((2, 5), 1, 1), ((1, 2), 2, -1),
+                        ((1, 2), 3, 1)]),
+              "w": (W, [((1, 7), 0, 1), ((2, None), 1, 1), ((1, 7), 3, -1), ((1, 8), 3, 1)])}
+    for placement in ({}, {"diffspark.host.step_rows": "0"}):
+        runner = run_against_reference(spark, conf | placement, flow, inputs, [1, 2, 3, 4])
+        assert runner.steps == 5
+    json = Runner(flow, conf=conf, spark=spark)
+    from conftest import updates_df
+    json.step({n: updates_df(spark, ddl, [u for u in ups if u[1] < 1])
+               for n, (ddl, ups) in inputs.items()}, upto=1)
+    assert sorted(r.s for r in json.output("json").collect()) == \
+        ['{"src":1,"dst":2,"w":7}', '{"src":1,"dst":3,"w":7}']

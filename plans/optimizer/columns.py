@@ -11,13 +11,11 @@ from typing import Optional
 
 from .. import ir
 from ..errors import RESERVED
-from ..schema import column_names
+from ..schema import SQL_TOKEN, column_names, has_star
 
 _NAME = r"(?:`[^`]+`|[A-Za-z_][A-Za-z0-9_]*)"
 _RENAME = re.compile(rf"\s*({_NAME})(?:\s+(?:AS\s+)?({_NAME}))?\s*$", re.I)
 _ALIAS = re.compile(rf"\s+AS\s+({_NAME})\s*$", re.I)
-_TOKEN = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`[^`]+`|[A-Za-z_][A-Za-z0-9_]*"
-                    r"|[0-9][0-9A-Za-z_.]*|->|\.|\S")
 _KEYWORDS = {"and", "or", "not", "is", "null", "true", "false", "in", "between", "like",
              "rlike", "case", "when", "then", "else", "end", "distinct", "div"}
 
@@ -50,9 +48,11 @@ def _alias(expr: str) -> Optional[str]:
 
 def refs(expr: str) -> Optional[set[str]]:
     """Lower-cased names an SQL expression reads; None when it binds names (lambdas) or
-    reads fields (`a.b`), where a name need not be a column."""
+    reads fields (`a.b`), where a name need not be a column, or reads every column (`*`)."""
+    if has_star(expr):  # every column of the input
+        return None
     names = set()
-    tokens = _TOKEN.findall(expr)
+    tokens = SQL_TOKEN.findall(expr)
     for i, tok in enumerate(tokens):
         if tok in ("->", "."):
             return None

@@ -15,6 +15,7 @@ from executor.operators.linear import kernels
 from executor.time import DIFF, TIME, element_time_exprs
 from plans import ir
 from plans.errors import PlanError
+from plans.schema import expand_stars
 
 
 def q(name: str) -> str:
@@ -52,11 +53,17 @@ def runs(stages: tuple[ir.Stage, ...]) -> list[tuple[ir.Stage, ...]]:
 
 
 def _map(df, s: ir.Map, time_cols):
-    return df.selectExpr(*s.exprs, *map(q, time_cols), DIFF)
+    return df.selectExpr(*_starred(df, s.exprs, time_cols), *map(q, time_cols), DIFF)
 
 
 def _filter(df, s: ir.Filter, time_cols):
-    return df.where(s.expr)
+    return df.where(_starred(df, [s.expr], time_cols)[0])
+
+
+def _starred(df, exprs, time_cols) -> list[str]:
+    """`exprs` with a `*` standing for the record columns, as in every placement (not for
+    the frame's, which has the time and diff too)."""
+    return expand_stars(exprs, record_columns(df, time_cols))
 
 
 def _negate(df, s: ir.Negate, time_cols):
@@ -70,7 +77,7 @@ def _generate(df, generator: str, time_cols, keep_records: bool, stage: ir.Stage
     allowed) join the time and multiply the diff."""
     saved = [f"__t{i}" for i in range(len(time_cols))]
     recs = record_columns(df, time_cols) if keep_records else []
-    g = df.selectExpr(*map(q, recs), generator,
+    g = df.selectExpr(*map(q, recs), *_starred(df, [generator], time_cols),
                       *[f"{q(t)} AS {s}" for t, s in zip(time_cols, saved)], f"{DIFF} AS __d")
     fields = [c for c in g.columns[len(recs):] if c not in saved and c != "__d"]
     special = {f.lower() for f in fields} & {TIME, DIFF}
@@ -100,16 +107,17 @@ def _join_function(df, s: ir.JoinFunction, time_cols):
 def _temporal_filter(df, s: ir.TemporalFilter, time_cols):
     """join_function with elements (lower, +1) and (upper, -1); a record whose upper <= lower
     is never present, and a null upper never retracts."""
-    lo, hi = (_bound(df, e, s) for e in (s.lower, s.upper))
+    lo, hi = (_bound(df, e, s, time_cols) for e in (s.lower, s.upper))
     enter = f"named_struct('time', {lo}, 'diff', 1L)"
     elements = f"IF({hi} IS NULL, array({enter}), array({enter}, named_struct('time', {hi}, 'diff', -1L)))"
     live = df.where(f"NOT coalesce({hi} <= {lo}, false)")
     return _generate(live, f"inline({elements})", time_cols, True, s, {TIME, DIFF})
 
 
-def _bound(df, expr, s) -> str:
+def _bound(df, expr, s, time_cols) -> str:
     if expr is None:
         return "CAST(NULL AS BIGINT)"
+    expr = _starred(df, [expr], time_cols)[0]
     kind = df.selectExpr(expr).schema[0].dataType
     if not isinstance(kind, INTEGRAL):
         raise ir.temporal_bound_error(s, expr, kind.simpleString())

@@ -13,7 +13,7 @@ from . import query as cq
 from .errors import PlanError
 from .ordering import sort_keys
 from .outer_join import HOW, outer_join
-from .schema import check_names, column_names
+from .schema import check_names, check_reads, column_names
 from .sql import view as sql_view
 from .types import ORDERED_ALIKE, band_comparable, columns_of
 
@@ -181,6 +181,16 @@ def _check_scope(node: ir.Iterate) -> None:
                             f"queries and nested iterates over the variable are not supported")
 
 
+def _expressions(stage: ir.Stage) -> list[str]:
+    """The SQL expressions a linear stage evaluates over each record."""
+    if isinstance(stage, ir.Map):
+        return list(stage.exprs)
+    if isinstance(stage, ir.TemporalFilter):
+        return [e for e in (stage.lower, stage.upper) if e is not None]
+    expr = getattr(stage, "expr", None)
+    return [expr] if isinstance(expr, str) else []
+
+
 def _names_arg(names, what: str) -> tuple[str, ...]:
     if isinstance(names, str):
         names = (names,)
@@ -200,6 +210,8 @@ class Collection:
         self.node = node
 
     def _then(self, stage: ir.Stage) -> "Collection":
+        for expr in _expressions(stage):
+            check_reads(expr, stage.label())
         return Collection(self.flow, ir.Linear(self.node, (stage,)))
 
     # ---- linear operators: each one a join_function instance
@@ -388,6 +400,7 @@ class Collection:
         multiplicity."""
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise PlanError(f"top_k: k must be a positive integer, got {k!r}")
+        check_reads(order_by, "top_k")
         return self._reduce(by, ir.Reduction("top_k", expr=order_by, k=k,
                                              order=sort_keys(order_by)), "top_k")
 

@@ -11,6 +11,43 @@ SQL_TOKEN = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`[^`]+`|[A-Za-z_
                        r"|[0-9][0-9A-Za-z_.]*|->|\.|\S")
 
 
+def reserved_read(expr: str):
+    """The first of an update's own columns (`time`, `diff`) that `expr` reads as a column,
+    or None: a field (`e.time`), a string ('time'), an alias (`AS time`), a function name
+    or a lambda's variable of that name is not one."""
+    tokens = [m.group() for m in SQL_TOKEN.finditer(expr)]
+    bound = {t.strip("`").lower() for i, t in enumerate(tokens)
+             if i + 1 < len(tokens) and tokens[i + 1] == "->"}
+    bound |= {t.strip("`").lower() for i, t in enumerate(tokens) if t not in ("(", ",", ")")
+              and "->" in tokens[i:] and _in_lambda_parameters(tokens, i)}
+    for i, tok in enumerate(tokens):
+        name = tok.strip("`").lower()
+        if name in RESERVED and name not in bound and tok[0] not in "'\"" \
+                and (i == 0 or tokens[i - 1] != "." and tokens[i - 1].upper() != "AS") \
+                and (i + 1 == len(tokens) or tokens[i + 1] != "("):
+            return name
+    return None
+
+
+def _in_lambda_parameters(tokens: list, i: int) -> bool:
+    """Whether token i is a name inside `(a, b) ->`."""
+    j = i
+    while j < len(tokens) and tokens[j] not in (")", "("):
+        j += 1
+    return j + 1 < len(tokens) and tokens[j] == ")" and tokens[j + 1] == "->"
+
+
+def check_reads(expr: str, where: str) -> None:
+    """Refuse an expression that reads an update's time or diff: an operator over
+    collections sees records (a filter on `diff > 0` would keep an insertion and drop its
+    retraction); join_function sets times and diffs through its elements' fields."""
+    name = reserved_read(expr)
+    if name is not None:
+        raise PlanError(f"{where}: {expr!r} reads the column '{name}' (rule: expressions read "
+                        f"the record's columns; 'time' and 'diff' belong to the update, and "
+                        f"join_function sets them through its elements' fields)")
+
+
 def _stars(expr: str) -> list:
     """The `*` tokens of `expr` that stand for every column (`struct(*)`, `hash(a, *)`, a
     bare `*`), not a product: each comes after `(`, `,` or nothing and before `)`, `,` or

@@ -137,6 +137,25 @@ def test_plan_errors_name_the_operator(spark, conf):
         Runner(flow, conf=conf, spark=spark)
 
 
+def test_an_expression_that_reads_an_updates_time_or_diff_is_refused_when_built():
+    """A filter on `diff > 0` kept an insertion and dropped its retraction (the record stayed
+    forever); a map of `time` made the time part of the record. Both are refused, naming the
+    operator, the expression and the column; fields, strings, aliases, function names and
+    lambda variables of those names are not reads."""
+    e = Dataflow().input("e", "k BIGINT, s STRUCT<time: BIGINT>, xs ARRAY<BIGINT>")
+    for build, column in ((lambda: e.filter("diff > 0"), "diff"),
+                          (lambda: e.map("k", "`time` + 1 AS t"), "time"),
+                          (lambda: e.explode("array(named_struct('k', k, 'diff', diff))"), "diff"),
+                          (lambda: e.temporal_filter(lower="time"), "time"),
+                          (lambda: e.top_k(1, order_by="time DESC"), "time")):
+        with pytest.raises(PlanError, match=f"reads the column '{column}' .*rule: expressions "
+                                            "read the record's columns"):
+            build()
+    e.map("k", "s.time AS t", "k AS x").filter("transform(xs, time -> time + 1) IS NOT NULL")
+    e.join_function("array(named_struct('k', k, 'time', k + 1, 'diff', 2L))")
+    e.map("date_diff(current_date(), current_date()) AS d")
+
+
 def test_snapshot_and_absent_time_and_diff(spark, conf):
     flow = Dataflow()
     xs = flow.input("xs", DDL)

@@ -40,7 +40,7 @@ from executor.runtime.config import (OUTPUT_HISTORY_KEY, host_step_rows, kernel_
                                      output_history, partitions)
 from executor.runtime.errors import InputError, StepError, first_line
 from executor.runtime.session import spark_session
-from executor.spark import SparkStep, expected_rows
+from executor.spark import SparkStep, arrow_frame, expected_rows
 from executor.subscriptions import Subscription, Subscriptions
 from executor.time import DIFF, INFINITY, TIME
 from executor.walk import operator_name
@@ -48,6 +48,7 @@ from gpu_kernels import DiffOverflow
 from plans import Dataflow, ir
 from plans.errors import PlanError
 from plans.optimizer import optimize as optimize_plan
+from plans.optimizer.prune import input_reads
 
 TIME_COLS = [TIME]
 UPDATE = [StructField(TIME, LongType(), False), StructField(DIFF, LongType(), False)]
@@ -120,6 +121,7 @@ class Runner:
         self.flow = flow
         self.plan = optimize_plan(flow.outputs).plan if optimize else dict(flow.outputs)
         self.constants = ir.constants(flow.outputs.values())  # inputs the runner feeds
+        self._reads = input_reads(self.plan)  # input -> the columns outputs and state depend on
         self.input_schemas = {n: input_tables.updates_schema(i, StructType.fromDDL(i.schema))
                               for n, i in {**flow.inputs, **self.constants}.items()}
         # over an RDD of no partitions: reading it runs no task (a local empty list would
@@ -245,7 +247,7 @@ class Runner:
                                        driver.DriverStep.placement)
                 result.operators = done.seconds
                 return result
-        sources, digests, rows = dict(self._empty), {}, 0
+        sources, digests, rows = dict(self._empty), {}, {}
         for name, src in updates.items():
             schema = self.input_schemas[name]
             # an Arrow table of the input's types that breaks no rule is checked on the driver
@@ -254,12 +256,12 @@ class Runner:
             ready = driver.arrow_ready(src, schema, lower, upto) \
                 if replay is None and self._store is None else None
             if ready is not None:
-                sources[name] = self.spark.createDataFrame(ready)
-                rows += ready.num_rows
+                sources[name] = arrow_frame(self.spark, ready, schema, self._reads.get(name))
+                rows[name] = ready.num_rows
                 continue
             sources[name] = normalise(name, read_source(self.spark, name, src, schema), schema,
                                       lower, upto, digests if self._store else None)
-            rows += expected_rows(sources[name]) or 0
+            rows[name] = expected_rows(sources[name]) or 0
         if replay is not None:  # a committed step repeated by a resumed driver
             self._store.skip(replay, digests, lambda n: arrow_digest(sources[n].toArrow()))
             changes = {n: self.output(n).where((F.col(TIME) >= lower) & (

@@ -13,8 +13,9 @@ from __future__ import annotations
 from functools import reduce
 from typing import Optional
 
+import pyarrow as pa
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, functions as F
 
 from executor.arrange import spark as arranged
 from executor.arrange.consolidate import consolidate
@@ -24,6 +25,7 @@ from executor.lateness import holds_back
 from executor.operators.iterate import spark as iterate
 from executor.operators.join import spark as join
 from executor.operators.linear import spark as linear
+from executor.operators.linear.spark import q
 from executor.operators.query import buckets as query_buckets, spark as wcoj
 from executor.operators.reduce import product as reduce_product, spark as reduce_ops, spark_totals
 from executor.operators.reduce.counted import appended as count_appended
@@ -33,6 +35,23 @@ from executor.time import TIME
 from executor.walk import Walk
 from plans import ir
 from plans.errors import PlanError
+
+
+def arrow_frame(spark, table: pa.Table, schema, read: Optional[set]) -> DataFrame:
+    """A step's checked Arrow updates (of the input's `schema`) as a Spark frame, with the
+    record columns that no output and no state depends on (`read`: the lower-cased columns
+    that some do, None: all; plans.optimizer.prune.input_reads) sent as typed NULLs: Spark
+    converts every column of every row from Arrow at each scan, however few its plan reads
+    (TPC-H SF 1's 6M lineitems: 7.2 s to count with all 16 columns, 1.8 s with the 4 that
+    q03 reads)."""
+    records = table.schema.names[:-2]
+    unread = [] if read is None else \
+        [n for n in records if n.lower() not in read and table.schema.field(n).nullable]
+    if not unread:
+        return spark.createDataFrame(table)
+    df = spark.createDataFrame(table.drop_columns(unread))
+    return df.select(*[F.lit(None).cast(schema[n].dataType).alias(n) if n in unread
+                       else F.col(q(n)) for n in table.schema.names])
 
 
 def expected_rows(df: DataFrame) -> Optional[int]:
@@ -53,10 +72,12 @@ class SparkStep(Walk):
 
     def __init__(self, runner, sources: dict, upto: Optional[int], *, state=None,
                  lower: Optional[int] = None, time_cols: Optional[list] = None, scope=None,
-                 resolving: bool = False, given=(), rows: Optional[int] = None):
+                 resolving: bool = False, given=(), rows: Optional[dict] = None):
         super().__init__(runner, upto, state, lower)
         self.sources = sources  # input name -> its updates this step (a frame)
-        self.rows = rows  # the updates the step's inputs are expected to hold (None: unknown)
+        self.rows = rows  # input name -> the updates it is expected to hold (None: unknown)
+        self.total = None if rows is None else sum(rows.values())  # all the inputs'
+        self._expected: dict = {}
         self.time_cols = list(time_cols or [TIME])
         self.scope = scope
         self.resolving = resolving
@@ -77,6 +98,27 @@ class SparkStep(Walk):
                 and node not in self.empty and not is_computed(df):
             df = materialise(df, STEP)  # computed once, however many operators read it
         return df
+
+    def expected(self, node: ir.Node) -> Optional[int]:
+        """At most how many updates `node`'s changes are expected to hold this step, what
+        picks a kernel or Spark SQL for its work (buckets.method, query_buckets.method): an
+        input's rows, through linear stages, concatenations and arrangements; None where the
+        step cannot tell (a join's, a reduction's or a query's output, an iterate's round).
+        A step's total sent small arrangements to the kernel because another input was big
+        (TPC-H SF 1, q03's first step on Spark: the customers' 30K rows and the joins' 30K
+        arranged per bucket because the lineitems held 6M, 8 s each, 38.6 s in all)."""
+        if self.rows is None:
+            return None
+        if node not in self._expected:
+            self._expected[node] = self.rows.get(node.name, 0) \
+                if isinstance(node, ir.Input) else self.expected_in(node) \
+                if isinstance(node, (ir.Linear, ir.Concat, ir.Consolidate, ir.Arrange)) else None
+        return self._expected[node]
+
+    def expected_in(self, node: ir.Node) -> Optional[int]:
+        """The updates `node`'s children are expected to hold (None: one cannot tell)."""
+        sizes = [self.expected(c) for c in node.children()]
+        return None if None in sizes else sum(sizes)
 
     def kids(self, node: ir.Node) -> list[DataFrame]:
         return [self.value(c) for c in node.children()]
@@ -164,7 +206,7 @@ def _query(step: SparkStep, node: ir.Query) -> DataFrame:
     local = None if step.resolving or node in step.empty else \
         (runner.backend, local_query_rows(runner.conf))
     per_bucket = None if step.resolving or \
-        query_buckets.method(step.kids(node), step.rows) == query_buckets.SQL else \
+        query_buckets.method(step.kids(node), step.expected_in(node)) == query_buckets.SQL else \
         (query_buckets.buckets(runner.spark), runner.backend)
     out, waiting = wcoj.delta(node, step.kids(node), index, waiting, step.upto, local,
                               per_bucket)

@@ -181,6 +181,26 @@ def test_a_step_arranges_by_kernel_from_kernel_rows(spark, conf, monkeypatch):
         [(s, s + 1, s - 1) for s in range(1, 40)]
 
 
+def test_each_arrangement_picks_by_the_rows_of_its_own_inputs(spark, conf, monkeypatch):
+    """The choice is made per arrangement, by the updates of the inputs it reads: in a step
+    where one input is big, a small input's arrangement is made by the aggregate (a
+    kernel's Python tasks cost seconds for a few rows), the big one's by the kernel."""
+    monkeypatch.setattr(buckets, "KERNEL_ROWS", 6)
+    made, kernel = [], buckets.arrange
+    monkeypatch.setattr(buckets, "arrange", lambda *a: made.append(a[0].columns) or kernel(*a))
+    flow = Dataflow()
+    big, small = flow.input("big", "k BIGINT, x BIGINT"), flow.input("small", "k BIGINT, y BIGINT")
+    flow.output("j", big.arrange_by_key("k").join(small.arrange_by_key("k"), on=["k"]))
+    runner = Runner(flow, conf=conf | SPARK_ONLY, spark=spark)
+    runner.step({"big": updates_table("k BIGINT, x BIGINT",
+                                      [((i % 3, i), 0, 1) for i in range(8)]),
+                 "small": updates_table("k BIGINT, y BIGINT", [((1, 10), 0, 1), ((2, 20), 0, 1)])},
+                upto=1)
+    assert [("x" in c, "y" in c) for c in made] == [(True, False)]
+    assert sorted(tuple(r) for r in runner.output("j").select("k", "x", "y").collect()) == \
+        sorted((i % 3, i, 10 * (i % 3)) for i in range(8) if i % 3)
+
+
 def test_spine_merges_by_kernel_keep_the_collection(spark, kernel_always):
     """Appends that make the spine merge (each merge arranged by the kernel, times advanced
     to `since`) leave batches whose union, advanced to the trace's `since`, is the

@@ -9,6 +9,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pyspark.sql.types import StructType
 
 from conftest import run_against_reference
 from plans import Dataflow, ir
@@ -568,3 +569,50 @@ def test_a_star_reads_every_record_column_in_every_placement(spark, conf):
                for n, (ddl, ups) in inputs.items()}, upto=1)
     assert sorted(r.s for r in json.output("json").collect()) == \
         ['{"src":1,"dst":2,"w":7}', '{"src":1,"dst":3,"w":7}']
+
+
+def test_columns_no_output_or_state_reads_reach_spark_as_nulls(spark, conf):
+    """input_reads: per input, the columns some output or some state depends on (an
+    arrangement keeps all of its input's columns, a root input is read whole, a scope
+    reads everything). A Spark step sends the others as typed NULLs (a scan converts every
+    column from Arrow), and the outputs stay the interpreter's across placements, with
+    retractions of what a Spark step inserted made by a driver step."""
+    from executor.spark import arrow_frame
+    from plans.optimizer.prune import input_reads
+
+    ddl = "k BIGINT, v BIGINT, note STRING, day DATE"
+    flow = Dataflow()
+    s, t = flow.input("s", ddl), flow.input("t", "k BIGINT, w BIGINT")
+    picked = s.filter("day IS NULL OR v > 0").map("k", "v")
+    flow.output("sums", picked.join(t, on=["k"]).map("k", "v + w AS x").sum("x", by=["k"]))
+    flow.output("whole", t.arrange_by_key("k"))
+    reads = input_reads(optimize(flow.outputs).plan)
+    assert reads["s"] == {"k", "v", "day"} and reads["t"] is None
+    scoped = Dataflow()
+    scoped.output("r", scoped.input("s", ddl).map("k").iterate(lambda x: x.distinct()))
+    assert input_reads(scoped.outputs) == {"s": None}
+
+    from conftest import updates_table
+    table = updates_table(ddl, [((1, 2, "a", None), 0, 1)])
+    frame = arrow_frame(spark, table, StructType.fromDDL(f"{ddl}, time BIGINT, diff BIGINT"),
+                        {"k", "day"})
+    assert frame.schema == spark.createDataFrame(table).schema
+    assert [tuple(r) for r in frame.collect()] == [(1, None, None, None, 0, 1)]
+
+    stream = {"s": (ddl, [((1, 2, "a", None), 0, 1), ((1, -1, "b", None), 0, 1),
+                          ((2, 5, None, None), 0, 1), ((1, 2, "a", None), 1, -1),
+                          ((2, 7, "c", None), 2, 1)]),
+              "t": ("k BIGINT, w BIGINT", [((1, 10), 0, 1), ((2, 20), 0, 1), ((2, 20), 2, -1)])}
+    from conftest import outputs_rows
+    from executor import Runner
+    from executor.reference import reference
+    expected = reference(spark, flow.outputs, {n: ups for n, (_, ups) in stream.items()})
+    # the first step (3 rows of s) runs on Spark, the others on the driver
+    runner = Runner(flow, conf=conf | {"diffspark.host.step_rows": "2"}, spark=spark)
+    for upto in (1, 2, 3):
+        feed = {n: updates_table(d, [u for u in ups if u[1] == upto - 1])
+                for n, (d, ups) in stream.items()}
+        assert runner.step(feed, upto=upto).host == (upto > 1)
+        got = outputs_rows(runner, list(flow.outputs))
+        for name in flow.outputs:
+            assert got[name] == [u for u in expected[name] if u[1] < upto], (name, upto)

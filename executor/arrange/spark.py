@@ -33,7 +33,8 @@ def arrange(runner, node: ir.Arrange, delta: DataFrame, step) -> DataFrame:
         step.commits[node] = trace.appended(None, 0, step.upper, step.since)
         return delta
     batch, size = arranged_batch(delta, keys, step.time_cols, runner.partitions,
-                                 rows=step.rows, backend=runner.backend)
+                                 rows=step.expected(node), backend=runner.backend,
+                                 estimate=step.total)
     step.views[node] = View(keys, trace.batches, [batch] if size else [])
     step.commits[node] = trace.appended(batch, size, step.upper, step.since)
     return batch

@@ -27,12 +27,13 @@ from executor.time import DIFF
 
 def arrange(df: DataFrame, keys: list[str], time_cols: list[str], partitions: int,
             since: Optional[int] = None, rows: Optional[int] = None,
-            backend: str = "numpy") -> tuple[DataFrame, int]:
+            backend: str = "numpy", estimate: Optional[int] = None) -> tuple[DataFrame, int]:
     """The arranged (and, given `since`, compacted) form of an update stream, materialised,
-    and its record count; `rows`, how many updates it is expected to hold (None: not known),
-    picks the kernel (on `backend`) or the SQL aggregate (buckets.method). In a Spark step
-    the aggregate's batch is deferred (computed by the job that first reads it, or at the
-    step's end) and `rows` stands for its size where known (spine.materialise_sized)."""
+    and its record count; `rows`, at most how many updates it is expected to hold (None:
+    not known), picks the kernel (on `backend`) or the SQL aggregate (buckets.method). In a
+    Spark step the aggregate's batch is deferred (computed by the job that first reads it,
+    or at the step's end) and `rows`, else `estimate` (a rougher guess), stands for its size
+    where known (spine.materialise_sized)."""
     records = record_columns(df, time_cols)
     values = [c for c in records if c not in keys]
     if since is not None:
@@ -41,8 +42,8 @@ def arrange(df: DataFrame, keys: list[str], time_cols: list[str], partitions: in
         return buckets.arrange(df, keys, records, time_cols, partitions, backend)
     consolidated = (buckets.bucketed(df, keys, partitions).groupBy(*map(q, records + time_cols))
                     .agg(F.sum(DIFF).alias(DIFF)).where(F.col(DIFF) != 0))
-    return materialise_sized(
-        consolidated.sortWithinPartitions(*map(q, keys + values + time_cols)), rows)
+    return materialise_sized(consolidated.sortWithinPartitions(
+        *map(q, keys + values + time_cols)), estimate if rows is None else rows)
 
 
 SLACK = 4  # a trace's small batches before a merge (a Spark job)

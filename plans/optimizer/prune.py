@@ -32,21 +32,10 @@ def pruned(outputs: dict[str, ir.Node]) -> tuple[dict[str, ir.Node], int]:
     """(the plan with arrangements narrowed, how many were)."""
     roots = list(outputs.values())
     nodes = ir.topological(roots)
-    if any(isinstance(n, (ir.Iterate, ir.Variable, ir.Query, ir.Imported)) for n in nodes):
+    if _opaque(nodes):
         return outputs, 0
     memo: dict = {}
-    parents: dict = {n: [] for n in nodes}
-    for n in nodes:
-        for c in set(n.children()):
-            parents[c].append(n)
-    read: dict = {}  # lower-cased columns the node's consumers read; None: all
-    hidden: dict = {}  # whether a narrower schema of the node is invisible to the outputs
-    for n in reversed(nodes):  # consumers first
-        outside = n in roots or columns(n, memo) is None
-        read[n] = None if outside else _union(_read(p, n, read[p], hidden[p], memo)
-                                              for p in parents[n])
-        hidden[n] = not outside and all(_chooses(p) or isinstance(p, (ir.Join, ir.Arrange))
-                                        and hidden[p] for p in parents[n])
+    read, hidden = _reads(roots, nodes, memo, stored=False)
     narrow = {n for n in nodes if isinstance(n, ir.Arrange) and n.keys is not None
               and hidden[n] and read[n] is not None
               and not lower(columns(n, memo)) <= read[n] and lower(columns(n, memo)) & read[n]
@@ -75,6 +64,47 @@ def pruned(outputs: dict[str, ir.Node]) -> tuple[dict[str, ir.Node], int]:
             node = ir.Arrange(source, n.keys)
         new[n] = node
     return {name: new[node] for name, node in outputs.items()}, len(narrow) + len(chains)
+
+
+def input_reads(outputs: dict[str, ir.Node]) -> dict[str, Optional[set]]:
+    """Per input, the lower-cased columns that some output's value depends on (None: all
+    of them, or not known). A column outside it changes no output and no state: every
+    arrangement and reduction counts as reading all the columns it keeps, so a step may
+    send Spark such a column as nulls (executor/runner.py: a big input's unread columns
+    cost most of a scan, converted from Arrow row by row). Plans with scopes, queries or
+    imported traces read every column."""
+    roots = list(outputs.values())
+    nodes = ir.topological(roots)
+    inputs = [n for n in nodes if isinstance(n, ir.Input)]
+    if _opaque(nodes):
+        return {n.name: None for n in inputs}
+    read, _ = _reads(roots, nodes, {}, stored=True)
+    return {n.name: read[n] for n in inputs}
+
+
+def _opaque(nodes: list) -> bool:
+    """Whether the plan has nodes whose reads this pass does not follow."""
+    return any(isinstance(n, (ir.Iterate, ir.Variable, ir.Query, ir.Imported)) for n in nodes)
+
+
+def _reads(roots: list, nodes: list, memo: dict, stored: bool) -> tuple[dict, dict]:
+    """(per node, the lower-cased columns its consumers read, None: all; per node, whether
+    a narrower schema of it is invisible to the outputs). `stored`: an arrangement reads
+    every column of its input (it keeps them), not only those read above it."""
+    parents: dict = {n: [] for n in nodes}
+    for n in nodes:
+        for c in set(n.children()):
+            parents[c].append(n)
+    read: dict = {}
+    hidden: dict = {}
+    for n in reversed(nodes):  # consumers first
+        outside = n in roots or columns(n, memo) is None
+        read[n] = None if outside else _union(
+            None if stored and isinstance(p, ir.Arrange) else
+            _read(p, n, read[p], hidden[p], memo) for p in parents[n])
+        hidden[n] = not outside and all(_chooses(p) or isinstance(p, (ir.Join, ir.Arrange))
+                                        and hidden[p] for p in parents[n])
+    return read, hidden
 
 
 def trimmed(stages: tuple) -> tuple:

@@ -13,7 +13,7 @@ from . import query as cq
 from .errors import PlanError
 from .ordering import sort_keys
 from .outer_join import HOW, outer_join
-from .schema import check_names, check_reads, column_names
+from .schema import check_names, check_expression, column_names
 from .sql import view as sql_view
 from .types import ORDERED_ALIKE, band_comparable, columns_of
 
@@ -211,7 +211,7 @@ class Collection:
 
     def _then(self, stage: ir.Stage) -> "Collection":
         for expr in _expressions(stage):
-            check_reads(expr, stage.label())
+            check_expression(expr, stage.label())
         return Collection(self.flow, ir.Linear(self.node, (stage,)))
 
     # ---- linear operators: each one a join_function instance
@@ -400,7 +400,7 @@ class Collection:
         multiplicity."""
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise PlanError(f"top_k: k must be a positive integer, got {k!r}")
-        check_reads(order_by, "top_k")
+        check_expression(order_by, "top_k")
         return self._reduce(by, ir.Reduction("top_k", expr=order_by, k=k,
                                              order=sort_keys(order_by)), "top_k")
 

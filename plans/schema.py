@@ -37,15 +37,45 @@ def _in_lambda_parameters(tokens: list, i: int) -> bool:
     return j + 1 < len(tokens) and tokens[j] == ")" and tokens[j + 1] == "->"
 
 
-def check_reads(expr: str, where: str) -> None:
-    """Refuse an expression that reads an update's time or diff: an operator over
-    collections sees records (a filter on `diff > 0` would keep an insertion and drop its
-    retraction); join_function sets times and diffs through its elements' fields."""
+# Spark functions whose value does not follow from their arguments (the SQL front end
+# refuses them too, plans/sql.py); the current_* ones need no parentheses
+NON_DETERMINISTIC = {"rand", "random", "randn", "uuid", "shuffle", "now", "current_date",
+                     "current_timestamp", "current_time", "localtimestamp", "curdate",
+                     "monotonically_increasing_id", "spark_partition_id", "input_file_name",
+                     "unix_timestamp", "current_timezone", "try_reflect", "reflect",
+                     "java_method"}
+_BARE = {"current_date", "current_timestamp", "current_time", "localtimestamp"}
+
+
+def non_deterministic(expr: str):
+    """The first function of `expr` whose value does not follow from its arguments, or
+    None."""
+    tokens = [m.group() for m in SQL_TOKEN.finditer(expr)]
+    for i, tok in enumerate(tokens):
+        name = tok.lower()
+        call = i + 1 < len(tokens) and tokens[i + 1] == "("
+        if (i == 0 or tokens[i - 1] != ".") and (
+                name in NON_DETERMINISTIC and call or name in _BARE):
+            return name
+    return None
+
+
+def check_expression(expr: str, where: str) -> None:
+    """Refuse an expression that reads an update's time or diff, or calls a function whose
+    value changes between calls: an operator over collections maps records to records, and
+    a retraction must meet what its insertion made (a filter on `diff > 0` would keep an
+    insertion and drop its retraction; `rand()` would give the retraction another record);
+    join_function sets times and diffs through its elements' fields."""
     name = reserved_read(expr)
     if name is not None:
         raise PlanError(f"{where}: {expr!r} reads the column '{name}' (rule: expressions read "
                         f"the record's columns; 'time' and 'diff' belong to the update, and "
                         f"join_function sets them through its elements' fields)")
+    call = non_deterministic(expr)
+    if call is not None:
+        raise PlanError(f"{where}: {expr!r} calls {call}, whose value changes between calls "
+                        f"(rule: an expression's value follows from the record, so that a "
+                        f"retraction meets what its insertion made)")
 
 
 def _stars(expr: str) -> list:

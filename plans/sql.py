@@ -19,15 +19,11 @@ import sqlglot
 from sqlglot import exp
 
 from .errors import PlanError
+from .schema import NON_DETERMINISTIC
 from .sql_names import spark_name
 from .types import (avg_type, band_comparable, columns_of, common_type, ddl_columns,
                     expression_type, same_type)
 
-NON_DETERMINISTIC = {"rand", "random", "randn", "uuid", "shuffle", "now", "current_date",
-                     "current_timestamp", "current_time", "localtimestamp", "curdate",
-                     "monotonically_increasing_id", "spark_partition_id", "input_file_name",
-                     "unix_timestamp", "current_timezone", "try_reflect", "reflect",
-                     "java_method"}
 _NON_DETERMINISTIC_NODES = (exp.Rand, exp.Randn, exp.Uuid, exp.CurrentDate,
                             exp.CurrentTimestamp, exp.CurrentTime)
 # the variance family: Spark's names for each (stddev and std are stddev_samp, variance is

@@ -139,8 +139,9 @@ def test_plan_errors_name_the_operator(spark, conf):
 
 def test_an_expression_that_reads_an_updates_time_or_diff_is_refused_when_built():
     """A filter on `diff > 0` kept an insertion and dropped its retraction (the record stayed
-    forever); a map of `time` made the time part of the record. Both are refused, naming the
-    operator, the expression and the column; fields, strings, aliases, function names and
+    forever); a map of `time` made the time part of the record; `rand()` gave a retraction
+    another record than its insertion's. Each is refused, naming the operator, the
+    expression and the column or function; fields, strings, aliases, function names and
     lambda variables of those names are not reads."""
     e = Dataflow().input("e", "k BIGINT, s STRUCT<time: BIGINT>, xs ARRAY<BIGINT>")
     for build, column in ((lambda: e.filter("diff > 0"), "diff"),
@@ -153,7 +154,13 @@ def test_an_expression_that_reads_an_updates_time_or_diff_is_refused_when_built(
             build()
     e.map("k", "s.time AS t", "k AS x").filter("transform(xs, time -> time + 1) IS NOT NULL")
     e.join_function("array(named_struct('k', k, 'time', k + 1, 'diff', 2L))")
-    e.map("date_diff(current_date(), current_date()) AS d")
+    e.map("date_diff(to_date('2020-01-02'), to_date('2020-01-01')) AS d", "k AS random")
+    for build, call in ((lambda: e.map("k", "rand() AS r"), "rand"),
+                        (lambda: e.filter("k < unix_timestamp()"), "unix_timestamp"),
+                        (lambda: e.temporal_filter(upper="datediff(current_date, to_date('2020-01-01'))"),
+                         "current_date")):
+        with pytest.raises(PlanError, match=f"calls {call}, whose value changes between calls"):
+            build()
 
 
 def test_snapshot_and_absent_time_and_diff(spark, conf):

@@ -61,8 +61,8 @@ def non_deterministic(expr: str):
 
 
 def check_expression(expr: str, where: str) -> None:
-    """Refuse an expression that reads an update's time or diff, or calls a function whose
-    value changes between calls: an operator over collections maps records to records, and
+    """Refuse an expression that reads an update's time or diff, is a window function, or
+    calls a function whose value changes between calls: an operator over collections maps records to records, and
     a retraction must meet what its insertion made (a filter on `diff > 0` would keep an
     insertion and drop its retraction; `rand()` would give the retraction another record);
     join_function sets times and diffs through its elements' fields."""
@@ -71,6 +71,10 @@ def check_expression(expr: str, where: str) -> None:
         raise PlanError(f"{where}: {expr!r} reads the column '{name}' (rule: expressions read "
                         f"the record's columns; 'time' and 'diff' belong to the update, and "
                         f"join_function sets them through its elements' fields)")
+    if any(m.group().upper() == "OVER" for m in SQL_TOKEN.finditer(expr)):
+        raise PlanError(f"{where}: {expr!r} is a window function (rule: an expression maps "
+                        f"one record; Spark would rank the rows of a step's changes, not of "
+                        f"the collection: use top_k or reduce)")
     call = non_deterministic(expr)
     if call is not None:
         raise PlanError(f"{where}: {expr!r} calls {call}, whose value changes between calls "

@@ -1815,7 +1815,11 @@ def _named(e, text: str):
 
 
 def _resolved(e, rel: Rel):
-    """A copy of `e` whose column references name `rel`'s internal columns."""
+    """A copy of `e` whose column references name `rel`'s internal columns (a `*` or `t.*`
+    among a function's arguments, `hash(*)` or `struct(*)`, stands for the columns it
+    matches, as in Spark, not for the relation's internal ones)."""
+    e = _stars_expanded(e.copy(), rel)
+
     def swap(node):
         if isinstance(node, (exp.Subquery, exp.Exists)) or (
                 isinstance(node, exp.In) and node.args.get("query") is not None):
@@ -1829,6 +1833,27 @@ def _resolved(e, rel: Rel):
             return exp.column(col.internal, quoted=True)
         return node
     return e.copy().transform(swap)
+
+
+def _stars_expanded(e, rel: Rel):
+    """`e` with each `*` or `t.*` that is one of a function's arguments replaced by the
+    columns it matches (count(*) stays: it reads no column)."""
+    for star in list(e.find_all(exp.Star)):
+        node = star.parent if isinstance(star.parent, exp.Column) else star
+        parent = node.parent
+        if parent is None or isinstance(parent, (exp.Select, exp.Count)):
+            continue
+        cols = rel.starred(node)
+        args = parent.args.get(node.arg_key)
+        if not cols or not isinstance(args, list):
+            raise refuse(f"{_text(parent)}", "name the columns instead of *")
+        named = [exp.column(c.name, table=c.table, quoted=True) for c in cols]
+        if isinstance(parent, exp.Struct):  # its fields keep the columns' names
+            named = [exp.PropertyEQ(this=exp.to_identifier(c.name, quoted=True), expression=n)
+                     for c, n in zip(cols, named)]
+        at = args.index(node)
+        parent.set(node.arg_key, args[:at] + named + args[at + 1:])
+    return e
 
 
 def _skipping(x: str, phantom: Optional[str]) -> str:

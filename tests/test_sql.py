@@ -35,6 +35,10 @@ QUERIES = {
     "using_left": "SELECT k, g, u.k AS uk, y FROM t LEFT JOIN u USING (k)",
     "using_right": "SELECT * FROM t RIGHT JOIN u USING (k)",
     "using_full": "SELECT k, t.k AS tk, u.k AS uk, x, s FROM t FULL JOIN u USING (k)",
+    # a * among a function's arguments: the columns it matches, named as the query names
+    # them (not the relation's internal columns, nor the update's time and diff)
+    "star_arguments": """SELECT a.k, hash(*) AS h, to_json(struct(*)) AS j,
+                         to_json(struct(b.*)) AS jb FROM t a JOIN u b ON a.k = b.k""",
     "using_chain": """SELECT k, t2.x AS x2, y FROM t JOIN u USING (k)
                       JOIN t AS t2 USING (k) WHERE t2.g = 'a'""",
     "natural_left": "SELECT * FROM t NATURAL LEFT JOIN (SELECT k, y FROM u) AS v",
@@ -809,6 +813,7 @@ def test_random_unnamed_expressions_are_named_as_spark_names_them_or_not_at_all(
     ("SELECT k FROM t WHERE (k, x, g, d) NOT IN (SELECT k, y, s, y FROM u)",
      r"NOT IN of 4 values \(k, x, g, d\) is not supported; at most 3"),
     ("SELECT k FROM t WHERE k IN (SELECT k, y FROM u)", "selects 2 columns for 1"),
+    ("SELECT greatest(*) AS g FROM u", r"GREATEST\(\*\) is not supported; name the columns"),
     ("SELECT x * 2 AS y, y + 1 FROM t", r"SELECT item y \+ 1 needs a name .*earlier item"),
     ("SELECT k, x FROM t ORDER BY ALL, k LIMIT 1", "ORDER BY ALL, k is not supported"),
     ("SELECT k FROM t LIMIT 2 OFFSET 1", "LIMIT without ORDER BY"),

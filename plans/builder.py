@@ -391,6 +391,7 @@ class Collection:
 
     def threshold(self, expr: str) -> "Collection":
         """Each record's multiplicity replaced by `expr`, an SQL expression over `count`."""
+        check_expression(expr, "threshold")
         return Collection(self.flow, ir.Reduce(ir.Arrange(self._collection_node(), None), (),
                                                ir.Reduction("threshold", expr=expr)))
 

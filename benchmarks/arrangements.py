@@ -11,9 +11,9 @@
     ratio grows with size). Plotted as PNG with --png.
 (d) Arranging n updates on Spark (one batch of a trace: hash-partitioned by key, sorted,
     consolidated, checkpointed) by the per-bucket kernel (executor/arrange/buckets.py) vs
-    Spark SQL's aggregate and sort, over integer columns and over integers with a STRING,
-    at several sizes: where the kernel starts to win is buckets.KERNEL_ROWS. Not in the
-    default --parts.
+    Spark SQL's aggregate and sort, over integer columns, over integers with a STRING and
+    over a DECIMAL and a DATE, at several sizes: where the kernel starts to win is
+    buckets.KERNEL_ROWS. Not in the default --parts.
 
 Inputs are generated in Spark from hashes of row ids (seeded), cached and counted before
 timing; a warm-up runs every part once on a small input first. Every pair of variants is
@@ -257,14 +257,23 @@ def run_incremental(spark, conf, args, sizes) -> list[dict]:
 
 
 # --------------------------------------------------------------------------- (d) method
-def _updates(spark, n: int, seed: int, string: bool):
-    """n updates (k, [s,] v) over n/6 keys and 7 values (some repeated: consolidation
-    matters), at time 0 with diff 1, materialised."""
+KINDS = ("ints", "string", "decimal")  # the column sets (d) arranges
+
+
+def _updates(spark, n: int, seed: int, kind: str):
+    """n updates (k, [s,] v), or (k, p, d) of TPC-H lineitem's kinds (DECIMAL(15, 2), DATE),
+    over n/6 keys and 7 values (some repeated: consolidation matters), at time 0 with
+    diff 1, materialised."""
     cols = [F.pmod(_hash(seed), F.lit(max(1, n // 6))).alias("k"),
             F.pmod(_hash(seed + 1), F.lit(7)).alias("v")]
-    if string:
+    if kind == "string":
         cols.insert(1, F.concat(F.lit("name-"), F.pmod(_hash(seed + 2), F.lit(5000))
                                 .cast("string")).alias("s"))
+    if kind == "decimal":
+        cols[1:] = [(F.pmod(_hash(seed + 1), F.lit(7)) * 1000 + 0.25).cast("decimal(15,2)")
+                    .alias("p"),
+                    F.date_add(F.lit("1995-01-01").cast("date"),
+                               F.pmod(_hash(seed + 2), F.lit(3)).cast("int")).alias("d")]
     df = spark.range(n).select(*cols, F.lit(0).cast("bigint").alias("time"),
                                F.lit(1).cast("bigint").alias("diff"))
     return cached(df)[0]
@@ -284,17 +293,17 @@ def run_method(spark, conf, args, sizes) -> list[dict]:
 
     parts = partitions(conf)
     rows = []
-    for string in (False, True):
+    for kind in KINDS:
         for n in sizes:
             before = common.persistent_rdd_ids(spark)
-            df = _updates(spark, n, args.seed, string)
+            df = _updates(spark, n, args.seed, kind)
             records = [c for c in df.columns if c not in ("time", "diff")]
             made = {}
             ways = {"kernel": lambda: buckets.arrange(df, ["k"], records, ["time"], parts),
                     "sql": lambda: arrange(df, ["k"], ["time"], parts)}  # size unknown: SQL
             ms = {}
             for way, run in ways.items():
-                ms[way] = common.measure(f"n={n:,} string={string} {way}", "",
+                ms[way] = common.measure(f"n={n:,} {kind} {way}", "",
                                          lambda: made.__setitem__(way, run()), args.repeat)
             same = _checksum(made["kernel"][0]) == _checksum(made["sql"][0])
             if not same:

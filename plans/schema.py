@@ -45,6 +45,7 @@ NON_DETERMINISTIC = {"rand", "random", "randn", "uuid", "shuffle", "now", "curre
                      "unix_timestamp", "current_timezone", "try_reflect", "reflect",
                      "java_method"}
 _BARE = {"current_date", "current_timestamp", "current_time", "localtimestamp"}
+_OF_NOW = {"unix_timestamp"}  # the current time only without arguments
 
 
 def non_deterministic(expr: str):
@@ -54,6 +55,9 @@ def non_deterministic(expr: str):
     for i, tok in enumerate(tokens):
         name = tok.lower()
         call = i + 1 < len(tokens) and tokens[i + 1] == "("
+        empty = call and i + 2 < len(tokens) and tokens[i + 2] == ")"
+        if name in _OF_NOW and not empty:  # unix_timestamp(ts) reads its argument
+            continue
         if (i == 0 or tokens[i - 1] != ".") and (
                 name in NON_DETERMINISTIC and call or name in _BARE):
             return name

@@ -154,7 +154,8 @@ def test_an_expression_that_reads_an_updates_time_or_diff_is_refused_when_built(
             build()
     e.map("k", "s.time AS t", "k AS x").filter("transform(xs, time -> time + 1) IS NOT NULL")
     e.join_function("array(named_struct('k', k, 'time', k + 1, 'diff', 2L))")
-    e.map("date_diff(to_date('2020-01-02'), to_date('2020-01-01')) AS d", "k AS random")
+    e.map("date_diff(to_date('2020-01-02'), to_date('2020-01-01')) AS d", "k AS random",
+          "unix_timestamp(to_date('2020-01-01')) AS u")
     for build, call in ((lambda: e.map("k", "rand() AS r"), "rand"),
                         (lambda: e.filter("k < unix_timestamp()"), "unix_timestamp"),
                         (lambda: e.temporal_filter(upper="datediff(current_date, to_date('2020-01-01'))"),

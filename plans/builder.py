@@ -13,7 +13,7 @@ from . import query as cq
 from .errors import PlanError
 from .ordering import sort_keys
 from .outer_join import HOW, outer_join
-from .schema import check_names, check_expression, column_names
+from .schema import check_expression, check_names, column_names, has_star
 from .sql import view as sql_view
 from .types import ORDERED_ALIKE, band_comparable, columns_of
 
@@ -402,6 +402,9 @@ class Collection:
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise PlanError(f"top_k: k must be a positive integer, got {k!r}")
         check_expression(order_by, "top_k")
+        if has_star(order_by):
+            raise PlanError(f"top_k: order_by {order_by!r} reads * (rule: name the columns "
+                            f"it orders by; ties are broken by the rest of the record)")
         return self._reduce(by, ir.Reduction("top_k", expr=order_by, k=k,
                                              order=sort_keys(order_by)), "top_k")
 

@@ -162,6 +162,8 @@ def test_an_expression_that_reads_an_updates_time_or_diff_is_refused_when_built(
                          "current_date")):
         with pytest.raises(PlanError, match=f"calls {call}, whose value changes between calls"):
             build()
+    with pytest.raises(PlanError, match="top_k: order_by 'hash.*' reads \\*"):
+        e.top_k(1, order_by="hash(*) DESC")
     with pytest.raises(PlanError, match="threshold: .*calls rand"):
         e.threshold("CASE WHEN rand() < 0.5 THEN count ELSE 0 END")
     with pytest.raises(PlanError, match="is a window function .*use top_k or reduce"):

@@ -11,15 +11,21 @@ SQL_TOKEN = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`[^`]+`|[A-Za-z_
                        r"|[0-9][0-9A-Za-z_.]*|->|\.|\S")
 
 
-def reserved_read(expr: str):
-    """The first of an update's own columns (`time`, `diff`) that `expr` reads as a column,
-    or None: a field (`e.time`), a string ('time'), an alias (`AS time`), a function name
-    or a lambda's variable of that name is not one."""
-    tokens = [m.group() for m in SQL_TOKEN.finditer(expr)]
-    bound = {t.strip("`").lower() for i, t in enumerate(tokens)
-             if i + 1 < len(tokens) and tokens[i + 1] == "->"}
-    bound |= {t.strip("`").lower() for i, t in enumerate(tokens) if t not in ("(", ",", ")")
-              and "->" in tokens[i:] and _in_lambda_parameters(tokens, i)}
+def _reserved_read(tokens: list[str]):
+    """The first of an update's own columns (`time`, `diff`) that an expression's `tokens`
+    read as a column, or None: a field (`e.time`), a string ('time'), an alias (`AS time`),
+    a function name or a lambda's parameter of that name is not one."""
+    bound = set()  # lambda parameters: `x ->` and `(a, b) ->`
+    for j, tok in enumerate(tokens):
+        if tok != "->" or not j:
+            continue
+        if tokens[j - 1] != ")":
+            bound.add(tokens[j - 1].strip("`").lower())
+            continue
+        i = j - 2
+        while i >= 0 and tokens[i] != "(":
+            bound.add(tokens[i].strip("`").lower())
+            i -= 1
     for i, tok in enumerate(tokens):
         name = tok.strip("`").lower()
         if name in RESERVED and name not in bound and tok[0] not in "'\"" \
@@ -27,14 +33,6 @@ def reserved_read(expr: str):
                 and (i + 1 == len(tokens) or tokens[i + 1] != "("):
             return name
     return None
-
-
-def _in_lambda_parameters(tokens: list, i: int) -> bool:
-    """Whether token i is a name inside `(a, b) ->`."""
-    j = i
-    while j < len(tokens) and tokens[j] not in (")", "("):
-        j += 1
-    return j + 1 < len(tokens) and tokens[j] == ")" and tokens[j + 1] == "->"
 
 
 # Spark functions whose value does not follow from their arguments (the SQL front end
@@ -48,10 +46,9 @@ _BARE = {"current_date", "current_timestamp", "current_time", "localtimestamp"}
 _OF_NOW = {"unix_timestamp"}  # the current time only without arguments
 
 
-def non_deterministic(expr: str):
-    """The first function of `expr` whose value does not follow from its arguments, or
-    None."""
-    tokens = [m.group() for m in SQL_TOKEN.finditer(expr)]
+def _non_deterministic(tokens: list[str]):
+    """The first function an expression's `tokens` call whose value does not follow from
+    its arguments, or None."""
     for i, tok in enumerate(tokens):
         name = tok.lower()
         call = i + 1 < len(tokens) and tokens[i + 1] == "("
@@ -66,20 +63,22 @@ def non_deterministic(expr: str):
 
 def check_expression(expr: str, where: str) -> None:
     """Refuse an expression that reads an update's time or diff, is a window function, or
-    calls a function whose value changes between calls: an operator over collections maps records to records, and
-    a retraction must meet what its insertion made (a filter on `diff > 0` would keep an
-    insertion and drop its retraction; `rand()` would give the retraction another record);
-    join_function sets times and diffs through its elements' fields."""
-    name = reserved_read(expr)
+    calls a function whose value changes between calls: an operator over collections maps
+    records to records, and a retraction must meet what its insertion made (a filter on
+    `diff > 0` would keep an insertion and drop its retraction; `rand()` would give the
+    retraction another record); join_function sets times and diffs through its elements'
+    fields."""
+    tokens = SQL_TOKEN.findall(expr)
+    name = _reserved_read(tokens)
     if name is not None:
         raise PlanError(f"{where}: {expr!r} reads the column '{name}' (rule: expressions read "
                         f"the record's columns; 'time' and 'diff' belong to the update, and "
                         f"join_function sets them through its elements' fields)")
-    if any(m.group().upper() == "OVER" for m in SQL_TOKEN.finditer(expr)):
+    if any(tok.upper() == "OVER" for tok in tokens):
         raise PlanError(f"{where}: {expr!r} is a window function (rule: an expression maps "
                         f"one record; Spark would rank the rows of a step's changes, not of "
                         f"the collection: use top_k or reduce)")
-    call = non_deterministic(expr)
+    call = _non_deterministic(tokens)
     if call is not None:
         raise PlanError(f"{where}: {expr!r} calls {call}, whose value changes between calls "
                         f"(rule: an expression's value follows from the record, so that a "
@@ -107,14 +106,15 @@ def expand_stars(exprs, records: list[str]) -> list[str]:
     every placement and in the reference interpreter: Spark would expand it to whatever
     frame evaluates the expression, an update's time and diff included (so `struct(*)`
     made an insertion and its retraction different records)."""
-    named = ", ".join("`" + c.replace("`", "``") + "`" for c in records)
+    quoted = ["`" + c.replace("`", "``") + "`" for c in records]
+    named = ", ".join(quoted)
     out = []
     for e in exprs:
         stars = _stars(e)
         if not stars:
             out.append(e)
         elif e.strip() == "*":
-            out += ["`" + c.replace("`", "``") + "`" for c in records]
+            out += quoted
         else:
             text, last = [], 0
             for m in stars:

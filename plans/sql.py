@@ -1832,7 +1832,7 @@ def _resolved(e, rel: Rel):
                                 f"{', '.join(sorted({c.name for c in rel.cols}))})")
             return exp.column(col.internal, quoted=True)
         return node
-    return e.copy().transform(swap)
+    return e.transform(swap)  # e is this call's copy already
 
 
 def _stars_expanded(e, rel: Rel):

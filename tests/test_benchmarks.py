@@ -70,9 +70,9 @@ def test_arrangements_benchmark_smoke(spark, tmp_path):
     assert [r["records"] for r in saved["incremental"]] == [3000]
     assert saved["incremental"][0]["arranged_records"] > 0
     assert (tmp_path / "arrangements.png").stat().st_size > 0
-    # (d): both ways arrange the same batch, over integers and with a STRING
+    # (d): both ways arrange the same batch: integers, with a STRING, with DECIMAL and DATE
     assert [(r["updates"], r["columns"], r["equal"]) for r in saved["method"]] == \
-        [(3000, "k, v", True), (3000, "k, s, v", True)]
+        [(3000, "k, v", True), (3000, "k, s, v", True), (3000, "k, p, d", True)]
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ from pyspark.sql.types import StructType
 
 from conftest import run_against_reference
 from plans import Dataflow, ir
-from plans.optimizer import optimize
+from plans.optimizer import DEFAULT, optimize
 from plans.optimizer.cost import plan_cost
 
 E, W = "src BIGINT, dst BIGINT", "node BIGINT, w BIGINT"
@@ -260,6 +260,31 @@ def test_identical_arrangements_are_shared_across_outputs():
     assert done.after.state < done.before.state
 
 
+def renamed_flow() -> Dataflow:
+    """Readers of one arrangement of e under other names (SQL names each table reference's
+    columns afresh): a join by `k` (values `v`), a join by `k` (values `d`, after a filter
+    written above the rename), a sum and a max by other key names, and one that differs
+    (a computed value) and so keeps its own."""
+    flow = Dataflow()
+    e, f, w = flow.input("e", E), flow.input("f", E), flow.input("w", W)
+    weights = w.map("node AS k", "w")
+    flow.output("join", e.filter("dst > 0").map("src AS k", "dst AS v").join(weights, on=["k"]))
+    flow.output("again", e.map("dst AS d", "src AS k").filter("d > 0")
+                .join(f.map("src AS k", "dst AS u"), on=["k"]))
+    flow.output("sum", e.filter("dst > 0").map("src AS g", "dst AS x").sum("x", by=["g"]))
+    flow.output("max", e.map("dst AS m", "src AS h").filter("m > 0").max("m", by=["h"])
+                .map("h", "m AS top"))
+    flow.output("own", e.filter("dst > 0").map("src AS g", "dst + 1 AS x").sum("x", by=["g"]))
+    # a projection of those records (keys only), and joins keyed by other names (the other
+    # side's keys are renamed): the same arrangement serves them too
+    flow.output("count", e.filter("dst > 0").map("src AS p").count(by=["p"]))
+    flow.output("renamed", e.filter("dst > 0").map("src AS j", "dst AS y")
+                .join(w.filter("w > 0").map("node AS j", "w AS z"), on=["j"]))
+    flow.output("semi", e.filter("dst > 0").map("dst AS t", "src AS s")
+                .semijoin(w.filter("w < 0").map("node AS s"), on=["s"]))
+    return flow
+
+
 def pruning_flow(seen: bool = False) -> Dataflow:
     """A filter's column (`w`) and a second copy of the key (`node`), read by nothing above
     the joins: the maps choosing the output are a chain (as SQL's GROUP BY and outer joins
@@ -283,8 +308,10 @@ def pruning_flow(seen: bool = False) -> Dataflow:
 def test_columns_nothing_reads_above_a_join_are_not_arranged():
     from plans.optimizer.columns import columns
     flow = pruning_flow(seen=True)
-    done = optimize(flow.outputs)
+    done = optimize(flow.outputs, tuple(r for r in DEFAULT if r != "share"))
     assert done.fired.get("prune", 0) > 0
+    # with share, the narrowed sides read the arrangement `seen` keeps, (src, w)
+    assert optimize(flow.outputs).fired["share"] > 0
 
     def arranged(plan, name):
         return {columns(n, {}) for n in nodes({name: plan[name]}, ir.Arrange)}
@@ -324,10 +351,57 @@ def test_chains_drop_only_renames_nothing_later_reads():
         (m(("a", "b + 1 AS c")), m(("a AS x",)))
 
 
+def test_arrangements_equal_up_to_names_are_one_trace(spark, conf):
+    """share.py: the seven readers of e's (src, dst; dst > 0) under other names, or of its
+    keys alone, read one arrangement (a join keyed by another name through its other side's
+    keys renamed), in both placements and against the interpreter; a computed value keeps
+    its own, and so do arrangements whose filters, keys or values differ."""
+    from plans.optimizer.share import _form
+
+    flow = renamed_flow()
+    done = optimize(flow.outputs)
+    assert done.fired["share"] == 6
+
+    def of_e(plan):
+        return [n for n in nodes(plan, ir.Arrange) if ir.arranged_input(n) == "e"]
+
+    assert len(of_e(optimize(flow.outputs, tuple(r for r in DEFAULT if r != "share"))
+                    .plan)) == 8
+    assert len(of_e(done.plan)) == 2
+    # the readers' output names and order are the written ones
+    from plans.optimizer.columns import columns
+    for name, node in done.plan.items():
+        assert columns(node, {}) == columns(flow.outputs[name], {}), name
+
+    def form(*stages, keys=("k",)):
+        node = ir.Arrange(ir.Linear(ir.Input("e", E), tuple(stages)), keys)
+        return _form(node, {})
+
+    m, f = ir.Map, ir.Filter
+    one = form(m(("src AS k", "dst AS v")), f("v > 1"))
+    two = form(f("dst > 1"), m(("dst AS x", "src AS k")))
+    assert one.group == two.group and one.covers(two) and two.covers(one)
+    assert form(m(("src AS k", "dst AS v")), f("v > 2")).group != one.group  # another filter
+    assert form(m(("dst AS k", "src AS v")), f("k > 1")).group != one.group  # another key
+    other = form(f("dst > 1"), m(("src AS k", "dst + 0 AS v")))  # another value
+    assert other.group == one.group and not one.covers(other) and not other.covers(one)
+    keys = form(f("dst > 1"), m(("src AS k",)))  # a projection: covered
+    assert one.covers(keys) and not keys.covers(one)
+    for opaque in (m(("src AS k", "transform(array(dst), x -> x) AS v")),  # binds a name
+                   m(("src AS k", "k AS v")),                             # a lateral alias
+                   ir.Negate()):                                         # not a map/filter
+        assert form(opaque) is None, opaque
+    inputs = {"e": (E, SPARK_UPDATES["e"] + [((4, None), 1, 1), ((2, 3), 3, -2)]),
+              "f": (E, SPARK_UPDATES["f"]), "w": (W, SPARK_UPDATES["w"])}
+    for placement in ({}, {"diffspark.host.step_rows": "0"}):
+        runner = run_against_reference(spark, conf | placement, flow, inputs, [1, 2, 3, 4])
+        assert len([n for n in runner.stats().values() if n["input"] == "e"]) == 2
+
+
 def every_rule_flows() -> list[Dataflow]:
     return [fused_flow(), sharing_flow(), *pushdown_flows().values(),
             *projection_flows().values(), naive_triangles(False), naive_triangles(True),
-            pruning_flow()]
+            pruning_flow(), renamed_flow()]
 
 
 @settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
@@ -337,7 +411,7 @@ def test_optimized_plans_match_the_reference(spark, inputs):
     pushdown = pushdown_flows()
     flows = [fused_flow(), sharing_flow(), naive_triangles(True),
              pushdown["filter_below_join_key"], pushdown["filter_below_semijoin"],
-             projection_flows()["narrow_below_filter"], pruning_flow()]
+             projection_flows()["narrow_below_filter"], pruning_flow(), renamed_flow()]
     agree(spark, flows, {**inputs, "g": inputs["e"] + inputs["f"]})
 
 

@@ -19,11 +19,12 @@ from .cost import CostModel, Terms, plan_cost
 from .decode import Decoder
 from .encode import encode
 from .prune import pruned
+from .share import shared
 from .rules import RULESETS, WHY
 from .terms import Root, colls
 
-DEFAULT = ("pushdown", "sharing", "fusion", "incremental", "prune")
-PASSES = ("prune",)  # run on the extracted plan (prune.py), not on the e-graph
+DEFAULT = ("pushdown", "sharing", "fusion", "incremental", "prune", "share")
+PASSES = ("prune", "share")  # run on the extracted plan (prune.py, share.py), not on the e-graph
 ITERATIONS = 12  # per schedule phase; fusion needs log2(chain length), the rest fewer
 _CACHE: dict = {}
 _CACHE_SIZE = 256
@@ -99,5 +100,10 @@ def _optimize(outputs: dict[str, ir.Node], rulesets: tuple[str, ...]) -> Optimiz
         plan, narrowed = pruned(plan)
         if narrowed:
             fired["prune"] = narrowed
+            after = plan_cost(plan)
+    if "share" in rulesets:  # after prune: arrangements narrowed alike are equal alike
+        plan, dropped = shared(plan)
+        if dropped:
+            fired["share"] = dropped
             after = plan_cost(plan)
     return Optimized(plan, dict(fired), before, after, time.perf_counter() - started)

@@ -693,28 +693,80 @@ class Lowering:
             return False
 
     def _comma_join(self, rels: list[Rel], conds: list) -> Rel:
-        """FROM a, b, c: join, in order, each relation the WHERE equalities connect to
-        those joined so far; single-relation predicates filter before the joins."""
-        rels = [self._pushed(r, conds) for r in rels]
+        """FROM a, b, c: single-relation predicates filter before the joins (`_pushed`);
+        a relation so filtered that the WHERE equalities link to one other relation only
+        (a dimension, like TPC-H's nation and region) joins that one first, so that its
+        filter narrows the joins after it, their arrangements and the changes they pass
+        on (Q7's lineitems meet its two nations' suppliers, not every supplier); then each
+        relation linked to those joined so far joins them, in FROM order. Inner joins
+        commute and associate: only the order of work changes. The columns keep FROM's
+        order (`*`)."""
+        place = {c.internal: i for i, r in enumerate(rels) for c in r.cols}
+        pushed = [self._pushed(r, conds) for r in rels]
+        filtered = [p.coll is not r.coll for p, r in zip(pushed, rels)]
+        rels = pushed
+        while len(rels) > 2:
+            leaves = ((i, [j for j, o in enumerate(rels) if j != i and self._links(conds, o, r)])
+                      for i, r in enumerate(rels) if filtered[i])
+            leaf = next(((i, linked[0]) for i, linked in leaves if len(linked) == 1), None)
+            if leaf is None:
+                break
+            i, j = leaf
+            rels[j] = self._linked(rels[j], rels[i], conds)
+            filtered[j] = True
+            del rels[i], filtered[i]
         rel, rest = rels[0], rels[1:]
         while rest:
             for i, r in enumerate(rest):
-                links = [c for c in conds if self._key_pair(c, rel, r)]
-                if links:
-                    rel = self._join(rel, r, links, "inner")
-                    self.used.update(id(c) for c in links)
+                if self._links(conds, rel, r):
+                    rel = self._linked(rel, r, conds)
                     del rest[i]
                     break
             else:  # nothing links: a cross join with the next
                 rel = self._join(rel, rest.pop(0), [], "inner")
-        return rel
+        return Rel(rel.coll, sorted(rel.cols, key=lambda c: place[c.internal]))
+
+    def _links(self, conds: list, left: Rel, right: Rel) -> list:
+        """The WHERE equalities between `left` and `right`: join keys."""
+        return [c for c in conds if self._key_pair(c, left, right)]
+
+    def _linked(self, left: Rel, right: Rel, conds: list) -> Rel:
+        """`left` joined with `right` on the WHERE equalities between them (applied)."""
+        links = self._links(conds, left, right)
+        self.used.update(id(c) for c in links)
+        return self._join(left, right, links, "inner")
 
     def _pushed(self, rel: Rel, conds) -> Rel:
+        """`rel` filtered, before the joins, by the predicates that read it alone, and by
+        what an OR over several relations asks of it in every branch (`_implied`); that OR
+        still filters the joined rows."""
         for c in conds:
             if self._within(c, rel):
                 rel = Rel(rel.coll.filter(self._expr(c, rel, "WHERE")), rel.cols)
                 self.used.add(id(c))
+                continue
+            implied = self._implied(c, rel)
+            if implied is not None:
+                rel = Rel(rel.coll.filter(self._expr(implied, rel, "WHERE")), rel.cols)
         return rel
+
+    def _implied(self, c, rel: Rel):
+        """(A1 AND B1) OR (A2 AND B2) where each Ai reads `rel` alone: A1 OR A2, true of
+        every row the OR keeps (a branch that is TRUE has each of its conjuncts TRUE, in
+        SQL's three-valued logic too), so `rel` may be filtered by it before the joins, as
+        Spark's optimizer does (PushExtraPredicateThroughJoin): TPC-H Q19 arranges only the
+        parts of its three brands, Q7 only its two nations. None where some branch asks
+        nothing of `rel` alone, or holds a subquery."""
+        branches = _disjuncts(c)
+        if len(branches) < 2 or any(c.find_all(exp.Subquery, exp.Exists)):
+            return None
+        asked = []
+        for branch in branches:
+            own = [x for x in _conjuncts(branch) if self._within(x, rel)]
+            if not own:
+                return None
+            asked.append(exp.and_(*own) if len(own) > 1 else own[0].copy())
+        return exp.or_(*asked)
 
     # ------------------------------------------------------------------ WHERE
     def _where(self, rel: Rel, cond, ctes) -> Rel:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from batch_check import HORIZON, NAN, SPARK_ONLY, check_steps, cuts, lifetimes
 from conftest import examples
-from plans import Dataflow, PlanError
+from plans import Dataflow, PlanError, ir
 
 T, U = "k BIGINT, g STRING, x BIGINT, d DECIMAL(6,2)", "k BIGINT, y BIGINT, s STRING"
 maybe = lambda s: st.one_of(st.none(), s)  # noqa: E731
@@ -51,6 +51,14 @@ QUERIES = {
                                      FROM u WHERE t.k = u.k AND s = 'a')""",
     "or_shared_join_key": """SELECT t.k, x, y FROM t, u WHERE (t.k = u.k AND x > 0)
                              OR (u.k = t.k AND y < 1 AND t.k = u.k) OR (t.k = u.k AND g IS NULL)""",
+    # what each branch of an OR asks of one relation filters it before the join (nulls
+    # included: a NULL in a branch leaves that branch unknown, so the row is not kept by it)
+    "or_implied": """SELECT t.k, g, x, y, s FROM t, u WHERE t.k = u.k AND ((x > 0 AND y < 2
+                     AND g = 'a') OR (x IS NULL AND s = 'b') OR (d > 0 AND y IS NULL))""",
+    # b, filtered and linked to u alone, joins u first; `*` keeps FROM's column order
+    "dimension_first": """SELECT * FROM (SELECT x AS bx, g AS bg FROM t) b, u,
+                          (SELECT k AS ak, d AS ad FROM t) a
+                          WHERE a.ak = u.k AND u.y = b.bx AND b.bg = 'a'""",
     "group_by": """SELECT g, count(*) AS n, count(x) AS nx, sum(x) AS sx, min(x) AS mn,
                    max(d) AS mx, avg(x) AS ax, avg(d) AS ad, sum(d) AS sd,
                    count(DISTINCT x) AS dx FROM t GROUP BY g""",
@@ -467,6 +475,35 @@ def test_scalar_conditions_on_comparable_types_are_band_joins():
             if isinstance(n, ir.Join) and n.band] == ["<"]
     assert not any(isinstance(n, ir.Join) and n.band
                    for n in ir.topological([flow.outputs["scalar_avg"]]))
+
+
+def _chain(node):
+    """(the input, its filters) of a chain of maps, filters and arrangements over an input;
+    None above anything else."""
+    filters = []
+    while not isinstance(node, ir.Input):
+        if isinstance(node, ir.Linear):
+            filters += [s.expr for s in node.stages if isinstance(s, ir.Filter)]
+        elif not isinstance(node, ir.Arrange):
+            return None
+        node = node.input
+    return node.name, filters
+
+
+def test_an_or_filters_each_relation_before_the_joins_and_a_dimension_joins_first():
+    """FROM a, u, b WHERE ... AND ((b.g = 'a' AND a.x > 0) OR (b.g IS NULL AND u.s = 'b')):
+    b is filtered by b.g = 'a' OR b.g IS NULL before any join, and so filtered and linked
+    to u alone it joins u first; a and u, asked nothing by some branch, are not filtered
+    (the streams' answers: test_sql_views_match_spark_sql_and_reference)."""
+    flow = sql_flow({"q": """SELECT a.k, u.y FROM t a, u, t b WHERE a.k = u.k AND u.y = b.x
+                             AND ((b.g = 'a' AND a.x > 0) OR (b.g IS NULL AND u.s = 'b'))"""})
+    joins = [n for n in ir.topological(list(flow.outputs.values())) if isinstance(n, ir.Join)]
+    first, last = joins
+    sides = sorted(_chain(n) for n in (first.left, first.right))
+    (t, t_filters), (u, u_filters) = sides
+    assert (t, u, u_filters) == ("t", "u", [])
+    assert len(t_filters) == 1 and "'a'" in t_filters[0] and "IS NULL" in t_filters[0]
+    assert sorted(filter(None, (_chain(n) for n in (last.left, last.right)))) == [("t", [])]
 
 
 def test_global_aggregates_are_one_row_before_during_and_after_rows(spark, conf):

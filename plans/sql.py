@@ -478,10 +478,16 @@ class Lowering:
         source = q.args.get("from_") or q.args.get("from")
         if source is None:  # SQL's one row without columns (a constant, fed at time 0)
             return Rel(self.flow.constant("`_one` INT", [(1,)]), [])
-        rel = self._scan(source.this, ctes)
+        joins = q.args.get("joins") or []
+        rels = [self._scan(item, ctes) for item in [source.this] + [j.this for j in joins]]
+        where = q.args.get("where")
+        conds = _conjuncts(where.this) if where is not None else []
+        pooled = self._inner_joins(rels, joins, conds)
+        if pooled is not None:
+            return pooled
+        rel = rels[0]
         pending = []  # comma joins: joined by the WHERE clause's equalities
-        for j in q.args.get("joins") or []:
-            right = self._scan(j.this, ctes)
+        for j, right in zip(joins, rels[1:]):
             kind = (j.args.get("side") or j.args.get("kind") or "").lower()
             on, using = j.args.get("on"), j.args.get("using")
             if using or (j.args.get("method") or "").upper() == "NATURAL":
@@ -500,9 +506,34 @@ class Lowering:
                 raise refuse(f"{(j.args.get('method') or kind).upper()} JOIN")
             rel = self._join(rel, right, _conjuncts(on), how)
         if pending:
-            where = q.args.get("where")
-            conds = _conjuncts(where.this) if where is not None else []
             rel = self._comma_join([rel] + pending, conds)
+        return rel
+
+    def _inner_joins(self, rels: list[Rel], joins: list, conds: list) -> Optional[Rel]:
+        """FROM a JOIN b ON ... JOIN c ON ... of inner joins only (commas too), joined as
+        the comma list is (`_comma_join`) with every ON condition beside the WHERE
+        clause's, as inner joins commute; what no join applied of an ON then filters the
+        joined rows. None (joined as written) with an outer, USING or NATURAL join, an
+        INNER JOIN without ON, or an ON that reads a column by a name that more than one
+        of the FROM's relations has (it names the one to its left)."""
+        kinds = [(j.args.get("side") or j.args.get("kind") or "").lower() for j in joins]
+        if not joins or any(j.args.get("using") or j.args.get("method") or k not in (
+                "", "inner", "cross") or (k == "inner" and j.args.get("on") is None)
+                for j, k in zip(joins, kinds)):
+            return None
+        ons = [c for j in joins if j.args.get("on") is not None
+               for c in _conjuncts(j.args["on"])]
+        for column in (x for c in ons for x in c.find_all(exp.Column)):
+            try:
+                if sum(r.resolve(column) is not None for r in rels) != 1:
+                    return None
+            except PlanError:  # ambiguous within one relation: refused as written
+                return None
+        rel = self._comma_join(rels, ons + conds)
+        for c in ons:
+            if id(c) not in self.used:
+                rel = Rel(rel.coll.filter(self._expr(c, rel, "ON")), rel.cols)
+                self.used.add(id(c))
         return rel
 
     def _scan(self, item, ctes) -> Rel:

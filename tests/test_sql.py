@@ -59,6 +59,9 @@ QUERIES = {
     "dimension_first": """SELECT * FROM (SELECT x AS bx, g AS bg FROM t) b, u,
                           (SELECT k AS ak, d AS ad FROM t) a
                           WHERE a.ak = u.k AND u.y = b.bx AND b.bg = 'a'""",
+    # inner JOIN ... ON chains join as the comma list does: ON and WHERE pooled
+    "inner_chain": """SELECT a.k, y, b.g, b.d FROM t a JOIN u ON a.k = u.k AND s <> 'b'
+                      JOIN t b ON u.y = b.x AND a.x <= b.x WHERE b.g = 'a' OR b.d > 0""",
     "group_by": """SELECT g, count(*) AS n, count(x) AS nx, sum(x) AS sx, min(x) AS mn,
                    max(d) AS mx, avg(x) AS ax, avg(d) AS ad, sum(d) AS sd,
                    count(DISTINCT x) AS dx FROM t GROUP BY g""",

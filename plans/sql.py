@@ -725,7 +725,8 @@ class Lowering:
 
     def _comma_join(self, rels: list[Rel], conds: list) -> Rel:
         """FROM a, b, c: single-relation predicates filter before the joins (`_pushed`);
-        a relation so filtered that the WHERE equalities link to one other relation only
+        a relation so filtered that the equalities (the WHERE clause's, and the ON clauses'
+        of inner joins, `_inner_joins`) link to one other relation only
         (a dimension, like TPC-H's nation and region) joins that one first, so that its
         filter narrows the joins after it, their arrangements and the changes they pass
         on (Q7's lineitems meet its two nations' suppliers, not every supplier); then each
@@ -758,11 +759,11 @@ class Lowering:
         return Rel(rel.coll, sorted(rel.cols, key=lambda c: place[c.internal]))
 
     def _links(self, conds: list, left: Rel, right: Rel) -> list:
-        """The WHERE equalities between `left` and `right`: join keys."""
+        """The equalities among `conds` between `left` and `right`: join keys."""
         return [c for c in conds if self._key_pair(c, left, right)]
 
     def _linked(self, left: Rel, right: Rel, conds: list) -> Rel:
-        """`left` joined with `right` on the WHERE equalities between them (applied)."""
+        """`left` joined with `right` on the equalities between them (marked applied)."""
         links = self._links(conds, left, right)
         self.used.update(id(c) for c in links)
         return self._join(left, right, links, "inner")

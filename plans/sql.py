@@ -726,11 +726,12 @@ class Lowering:
     def _comma_join(self, rels: list[Rel], conds: list) -> Rel:
         """FROM a, b, c: single-relation predicates filter before the joins (`_pushed`);
         a relation so filtered that the equalities (the WHERE clause's, and the ON clauses'
-        of inner joins, `_inner_joins`) link to one other relation only
-        (a dimension, like TPC-H's nation and region) joins that one first, so that its
+        of inner joins, `_inner_joins`) link to one other relation only, one not filtered
+        (a dimension, like TPC-H's nation and region), joins that one first, so that its
         filter narrows the joins after it, their arrangements and the changes they pass
-        on (Q7's lineitems meet its two nations' suppliers, not every supplier); then each
-        relation linked to those joined so far joins them, in FROM order. Inner joins
+        on (Q7's lineitems meet its two nations' suppliers, not every supplier); where both
+        are filtered, which narrows more is not known without statistics, and FROM's order
+        stands. Then each relation linked to those joined so far joins them, in FROM order. Inner joins
         commute and associate: only the order of work changes. The columns keep FROM's
         order (`*`)."""
         place = {c.internal: i for i, r in enumerate(rels) for c in r.cols}
@@ -740,7 +741,8 @@ class Lowering:
         while len(rels) > 2:
             leaves = ((i, [j for j, o in enumerate(rels) if j != i and self._links(conds, o, r)])
                       for i, r in enumerate(rels) if filtered[i])
-            leaf = next(((i, linked[0]) for i, linked in leaves if len(linked) == 1), None)
+            leaf = next(((i, linked[0]) for i, linked in leaves
+                         if len(linked) == 1 and not filtered[linked[0]]), None)
             if leaf is None:
                 break
             i, j = leaf

@@ -96,7 +96,7 @@ def _hub_bits(xp, counts, rank, offset, span, low, bits):
     k = min(counts.shape[0], bits // span)
     if k < 1:
         return None
-    least = xp.sort(counts, descending=True)[k - 1]  # the k-th heaviest count
+    least = xp.sort(counts, descending=True, stable=False)[k - 1]  # the k-th heaviest count
     above = counts > least
     tied = xp.logical_and(counts == least, xp.cumulative_sum(
         xp.astype(counts == least, xp.int64)) <= k - int(xp.sum(xp.astype(above, xp.int64))))

@@ -88,11 +88,12 @@ def _oriented(xp, src, dst):
     vertex, key = _pair_keys(xp, src, dst)
     n = vertex.shape[0]
     every = xp.arange(n + 1, dtype=xp.int64)
-    degree = _run_lengths(xp, key // n, every) + _run_lengths(xp, xp.sort(key % n), every)
+    degree = _run_lengths(xp, key // n, every) + \
+        _run_lengths(xp, xp.sort(key % n, stable=False), every)
     by_rank = xp.argsort(degree, stable=True)  # ties keep index order, i.e. id order
-    rank = xp.argsort(by_rank)  # inverse permutation
+    rank = xp.argsort(by_rank, stable=False)  # inverse permutation
     a, b = xp.take(rank, key // n), xp.take(rank, key % n)
-    key = xp.sort(xp.minimum(a, b) * n + xp.maximum(a, b))
+    key = xp.sort(xp.minimum(a, b) * n + xp.maximum(a, b), stable=False)
     return xp.take(vertex, by_rank), key // n, key % n, key
 
 
@@ -119,7 +120,7 @@ def _pair_keys(xp, src, dst):
 
 
 def _distinct(xp, x):
-    x = xp.sort(x)
+    x = xp.sort(x, stable=False)
     if x.shape[0] < 2:
         return x
     new = xp.concat([xp.ones(1, dtype=xp.bool), x[1:] != x[:-1]])
@@ -170,7 +171,7 @@ def _closing_wedges(xp, u, v, key, n, chunk_rows, table_bytes, method, with_edge
         sel = xp.nonzero((v >= hub) == in_table)[0]  # edges whose middle vertex is a hub, or not
         mid = xp.take(v, sel)
         if not in_table:
-            by_mid = xp.argsort(mid)
+            by_mid = xp.argsort(mid, stable=False)  # any order of equal ones counts the same
             sel, mid = xp.take(sel, by_mid), xp.take(mid, by_mid)
         # per edge, what plus w gives: the table cell / the composite key / v (ranges)
         base = (mid - hub) * k - hub if in_table else mid * n if method == "searchsorted" else mid

@@ -322,16 +322,35 @@ def test_sort_by_orders_the_rows_that_tie_on_the_first_word_by_the_rest(xp, runs
     assert host(xp, gk.sort_by(xp, keys)) == sorted(range(len(rows)), key=lambda i: rows[i])
 
 
-spans = st.sampled_from([2, 2**16 - 1, 2**16, 2**16 + 1, 2**32 - 1, 2**32, 2**32 + 1, 2**40])
+spans = st.sampled_from([2, 2**16 - 1, 2**16, 2**16 + 1, 2**32 - 1, 2**32, 2**32 + 1, 2**40,
+                         2**57, 2**57 + 1, 2**58, 2**58 + 1, 2**62])
 ranged = st.tuples(spans, st.integers(-(2**40), 2**40)).flatmap(
-    lambda s: st.lists(st.tuples(st.integers(s[1], s[1] + s[0] - 1), small), max_size=40))
+    lambda s: st.lists(st.tuples(st.integers(s[1], s[1] + s[0] - 1), small), max_size=60))
 
+
+
+@pytest.mark.parametrize("rows", [32, 33, 64, 65, 3000])
+def test_a_sort_by_value_leaves_room_for_the_row_number(xp, rows):
+    """Offsets whose range leaves exactly the bits the row number needs sort by value with
+    it packed in (a bit more range, by a comparison sort): at the bound and past it, values
+    drawn across the whole range, the stable order (many rows share a value)."""
+    bits = (rows - 1).bit_length()
+    rng = np.random.default_rng(rows)
+    for span in (2 ** (63 - bits), 2 ** (63 - bits) + 1):
+        values = rng.integers(0, span, rows, dtype=np.int64)
+        values[::3] = values[0]  # ties, broken by position
+        values[1], values[-1] = 0, span - 1  # the range is span, its top at the bound
+        keys = [xp.asarray(values - 2**62)]
+        assert host(xp, gk.sort_by(xp, keys)) == \
+            np.argsort(values, kind="stable").tolist(), span
 
 @examples
 @given(ranged)
-def test_sort_by_sorts_offsets_by_16_bit_digits(xp, rows):
-    """A key alone, or packed with a small one, whose range needs one 16-bit digit, two, or
-    a comparison sort (spans at each bound): the stable order, and consolidate's groups."""
+def test_sort_by_sorts_offsets_by_16_bit_digits_or_by_value_with_the_row_packed(xp, rows):
+    """A key alone, or packed with a small one, whose range needs one 16-bit digit, leaves
+    room for the row number in its low bits (a sort by value), or needs a comparison sort
+    (spans at each bound, for up to 32 and up to 64 rows): the stable order, and
+    consolidate's groups."""
     keys = [i64(xp, [r[j] for r in rows]) for j in range(2)]
     assert host(xp, gk.sort_by(xp, keys[:1])) == sorted(range(len(rows)),
                                                          key=lambda i: rows[i][0])

@@ -296,5 +296,5 @@ def codes(xp, a_cols: list, b_cols: list, na: int, nb: int):
     starts = group_starts(xp, [xp.take(c, perm) for c in cols])
     n = cols[0].shape[0]
     rank = xp.searchsorted(starts, xp.arange(n, dtype=xp.int64), side="right") - 1
-    rank = xp.take(rank, xp.argsort(perm))
+    rank = xp.take(rank, xp.argsort(perm, stable=False))
     return rank[:na], rank[na:]

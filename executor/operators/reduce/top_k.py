@@ -76,7 +76,7 @@ def delta(step, node: ir.Reduce, view, ready):
     n, size = perm.shape[0], index.size
     found, at = lower_bound(xp, index.keys, xp.zeros(n, dtype=xp.int64),
                             xp.full(n, size, dtype=xp.int64), tuple(keys))
-    gone = xp.sort(at[found])
+    gone = xp.sort(at[found], stable=False)
 
     # candidates: per touched group, its first k + T records, less the touched ones
     firsts = group_starts(xp, keys[:nkeys]) if nkeys else xp.zeros(1, dtype=xp.int64)

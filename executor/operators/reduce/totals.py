@@ -443,4 +443,4 @@ class _Running:
         """The positions, among the step's updates, of those under the flagged keys."""
         xp = self.xp
         rows = xp.take(self._perm, xp.nonzero(xp.take(keys, self._update_key))[0])
-        return xp.sort(xp.take(rows, xp.nonzero(rows < self.n)[0]))
+        return xp.sort(xp.take(rows, xp.nonzero(rows < self.n)[0]), stable=False)

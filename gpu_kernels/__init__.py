@@ -6,7 +6,8 @@ no Spark (DESIGN §3, §7). Pick `xp` with `namespace(name)`.
 from .arrow import arrays_to_batch, batch_to_arrays
 from .backend import BACKENDS, namespace, to_numpy
 from .band import band_segments
-from .consolidate import consolidate, consolidation, distinct, group_starts, sort_by
+from .consolidate import (consolidate, consolidation, distinct, group_ids, group_starts,
+                          sort_by)
 from .csr import (CSR, Directory, build_csr, build_directory, directory_ranges, neighbours,
                   row_ranges, spans)
 from .diffs import DiffOverflow, add_diffs, multiply_diffs, running_segments, sum_segments
@@ -19,7 +20,8 @@ __all__ = [
     "BACKENDS", "CSR", "DiffOverflow", "Directory", "add_diffs", "advance_by", "arrays_to_batch",
     "band_segments", "batch_to_arrays", "between", "build_csr", "build_directory", "compose",
     "consolidate", "consolidation", "contains", "count_triangles", "directory_ranges", "distinct",
-    "equal_range", "expand", "extend", "gather", "group_starts", "join_times", "less_equal",
-    "list_triangles", "meet_times", "multiply_diffs", "namespace", "neighbours", "orient",
-    "parents", "row_ranges", "running_segments", "sort_by", "spans", "sum_segments", "to_numpy",
+    "equal_range", "expand", "extend", "gather", "group_ids", "group_starts", "join_times",
+    "less_equal", "list_triangles", "meet_times", "multiply_diffs", "namespace", "neighbours",
+    "orient", "parents", "row_ranges", "running_segments", "sort_by", "spans", "sum_segments",
+    "to_numpy",
 ]

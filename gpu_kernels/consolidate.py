@@ -158,6 +158,15 @@ def group_starts(xp, sorted_keys):
     return xp.astype(xp.nonzero(xp.concat([first, new]))[0], xp.int64)
 
 
+def group_ids(xp, keys):
+    """A dense int64 id per row (0, 1, ... in key order), equal exactly where the rows'
+    `keys` are: the rank of the row's group among the sorted groups."""
+    perm = sort_by(xp, keys)
+    starts = group_starts(xp, [xp.take(k, perm) for k in keys])
+    ids = xp.searchsorted(starts, xp.arange(perm.shape[0], dtype=xp.int64), side="right") - 1
+    return xp.take(ids, xp.argsort(perm, stable=False))  # back in row order
+
+
 def distinct(xp, key):
     """The distinct values of an integer column, sorted: a sort and a comparison of
     neighbours. numpy 2.3's `unique` (array_api_compat's `unique_values`) took 7x as long

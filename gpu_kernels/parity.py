@@ -16,7 +16,8 @@ import numpy as np
 
 from . import arrow, band, csr, diffs, intersect, timed_index, times, wcoj
 from .backend import to_numpy
-from .consolidate import consolidate, consolidation, distinct, group_starts, sort_by
+from .consolidate import (consolidate, consolidation, distinct, group_ids, group_starts,
+                          sort_by)
 from .expand import compose, dense, expand, gather, parents
 
 # Modules whose public functions are kernels (backend.py holds namespace plumbing). By
@@ -182,6 +183,7 @@ CASES: dict[str, Case] = {
     "sort_by": Case(_keys, lambda xp, a: sort_by(xp, [a["k0"], a["k1"]])),
     "group_starts": Case(_keys, lambda xp, a: group_starts(xp, _sorted_keys(xp, a))),
     "distinct": Case(_keys, lambda xp, a: distinct(xp, a["k0"])),
+    "group_ids": Case(_keys, lambda xp, a: group_ids(xp, [a["k0"], a["k1"]])),
     "consolidate": Case(_keys, lambda xp, a: consolidate(xp, [a["k0"], a["k1"]], a["d"])),
     "consolidation": Case(_keys, lambda xp, a: consolidation(xp, [a["k0"], a["k1"]], a["d"])),
     "build_csr": Case(_csr_inputs, lambda xp, a: tuple(csr.build_csr(xp, a["src"], a["dst"]))),

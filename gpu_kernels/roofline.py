@@ -50,6 +50,8 @@ MODELS: dict[str, Model] = {
                      what="stable sort by the first packed word of keys, tied rows by the rest"),
     "group_starts": Model(2, 2, what="neighbour compare per key, compaction"),
     "distinct": Model(SORT + 2, 2, what="sort, neighbour compare, compaction"),
+    "group_ids": Model(2 * SORT + 5, 6,
+                       what="sort, group starts, rank per row, inverse permutation"),
     "consolidate": Model(2 * SORT + 6, 12, what="sort, gather, group, segment sums, drop zeros"),
     "consolidation": Model(2 * SORT + 5, 12, what="as consolidate, the rows kept, not the keys"),
     "build_csr": Model(2, 2, what="group starts of sorted sources, offsets"),

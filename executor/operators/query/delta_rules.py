@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from gpu_kernels import consolidate, group_starts, sort_by
+from gpu_kernels import consolidate, group_ids
 from gpu_kernels.csr import row_ranges
 from gpu_kernels.diffs import multiply_diffs
 from gpu_kernels.timed_index import build_timed_index, extend_as_of, multiplicity, visible
@@ -291,10 +291,5 @@ def codes(xp, a_cols: list, b_cols: list, na: int, nb: int):
         return a_cols[0], b_cols[0]
     if not a_cols:
         return xp.zeros(na, dtype=xp.int64), xp.zeros(nb, dtype=xp.int64)
-    cols = [xp.concat([a, b]) for a, b in zip(a_cols, b_cols)]
-    perm = sort_by(xp, cols)
-    starts = group_starts(xp, [xp.take(c, perm) for c in cols])
-    n = cols[0].shape[0]
-    rank = xp.searchsorted(starts, xp.arange(n, dtype=xp.int64), side="right") - 1
-    rank = xp.take(rank, xp.argsort(perm, stable=False))
+    rank = group_ids(xp, [xp.concat([a, b]) for a, b in zip(a_cols, b_cols)])
     return rank[:na], rank[na:]

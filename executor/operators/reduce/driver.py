@@ -25,8 +25,9 @@ from executor.arrange.encoding import (NULL_CODE, NoCode, arrow_schema, arrow_ty
                                        float_values, order_keys, ordered, rank)
 from executor.operators.linear import expressions
 from executor.time import DIFF, TIME
-from gpu_kernels import (DiffOverflow, consolidate, distinct, group_starts, multiply_diffs,
-                         running_segments, sort_by, spans, sum_segments, to_numpy)
+from gpu_kernels import (DiffOverflow, consolidate, distinct, group_ids, group_starts,
+                         multiply_diffs, running_segments, sort_by, spans, sum_segments,
+                         to_numpy)
 from plans import ir
 from plans.reduce_kernel import call_reduce_kernel
 
@@ -98,12 +99,7 @@ def reduced(step, node: ir.Reduce, g, acc: dict, m, kinds: dict, records: list, 
 
 def _ids(xp, keys: list, n: int):
     """A dense int64 id per row, equal iff the rows' key columns are equal (0 without keys)."""
-    if not keys:
-        return xp.zeros(n, dtype=xp.int64)
-    perm = sort_by(xp, keys)
-    starts = group_starts(xp, [xp.take(k, perm) for k in keys])
-    ids = xp.searchsorted(starts, xp.arange(n, dtype=xp.int64), side="right") - 1
-    return xp.take(ids, xp.argsort(perm, stable=False))
+    return group_ids(xp, keys) if keys else xp.zeros(n, dtype=xp.int64)
 
 
 def _groups(xp, g):

@@ -731,9 +731,9 @@ class Lowering:
         filter narrows the joins after it, their arrangements and the changes they pass
         on (Q7's lineitems meet its two nations' suppliers, not every supplier); where both
         are filtered, which narrows more is not known without statistics, and FROM's order
-        stands. Then each relation linked to those joined so far joins them, in FROM order. Inner joins
-        commute and associate: only the order of work changes. The columns keep FROM's
-        order (`*`)."""
+        stands. Then each relation linked to those joined so far joins them, in FROM order.
+        Inner joins commute and associate: only the order of work changes. The columns keep
+        FROM's order (`*`)."""
         place = {c.internal: i for i, r in enumerate(rels) for c in r.cols}
         pushed = [self._pushed(r, conds) for r in rels]
         filtered = [p.coll is not r.coll for p, r in zip(pushed, rels)]

@@ -328,7 +328,6 @@ ranged = st.tuples(spans, st.integers(-(2**40), 2**40)).flatmap(
     lambda s: st.lists(st.tuples(st.integers(s[1], s[1] + s[0] - 1), small), max_size=60))
 
 
-
 @pytest.mark.parametrize("rows", [32, 33, 64, 65, 3000])
 def test_a_sort_by_value_leaves_room_for_the_row_number(xp, rows):
     """Offsets whose range leaves exactly the bits the row number needs sort by value with
@@ -343,6 +342,7 @@ def test_a_sort_by_value_leaves_room_for_the_row_number(xp, rows):
         keys = [xp.asarray(values - 2**62)]
         assert host(xp, gk.sort_by(xp, keys)) == \
             np.argsort(values, kind="stable").tolist(), span
+
 
 @examples
 @given(ranged)

@@ -2,7 +2,13 @@
 
 This is how a worst-case-optimal join's non-proposing relations validate proposed extensions:
 one binary search per query, run in lockstep as whole-array steps (log2 of the longest range).
+Where the ranges are short (a lookup of a group's few rows by the columns left after a packed
+prefix), every row of every range is compared with its query at once instead (`_scanned`):
+a few array operations over all the columns left, not two searches per column.
 """
+from .csr import spans
+
+SCAN = 2  # scan where the ranges' rows are at most SCAN x queries x rounds of a search
 
 
 def contains(xp, targets, lo, hi, candidates):
@@ -49,6 +55,9 @@ def between(xp, targets, lo, hi, low, high):
         lo, hi, i = _narrowed(xp, targets, lo, hi, low)
         targets, low = targets[i:], low[i:]
         high = low
+        if _short(xp, lo, hi):
+            before, through = _scanned(xp, targets, lo, hi, low)
+            return lo + before, lo + through
     first = _search(xp, targets, lo, hi, low)
     return first, xp.maximum(first, _search(xp, targets, lo, hi, high, inclusive=True))
 
@@ -62,17 +71,47 @@ def _search(xp, targets, lo, hi, candidates, inclusive: bool = False):
     lo, hi, i = _narrowed(xp, targets, lo, hi, candidates)
     if int(xp.max(hi - lo)) <= 1:  # a row or none each: compared whole, at once
         return _one_row(xp, targets[i:], lo, hi, candidates[i:], inclusive)
+    if _short(xp, lo, hi):
+        return lo + _scanned(xp, targets[i:], lo, hi, candidates[i:])[int(inclusive)]
     return _column(xp, targets[-1], lo, hi, candidates[-1], inclusive)
 
 
 def _narrowed(xp, targets, lo, hi, candidates):
     """(lo, hi, i): each range narrowed to its rows equal to the candidate in the first i
-    columns, i at most all but the last, stopping once every range is a row or none."""
+    columns, i at most all but the last, stopping once every range is a row or none or
+    short enough to scan."""
     for i, (t, c) in enumerate(zip(targets[:-1], candidates[:-1])):
-        if int(xp.max(hi - lo)) <= 1:
+        if int(xp.max(hi - lo)) <= 1 or _short(xp, lo, hi):
             return lo, hi, i
         lo, hi = _column(xp, t, lo, hi, c, False), _column(xp, t, lo, hi, c, True)
     return lo, hi, len(targets) - 1
+
+
+def _short(xp, lo, hi) -> bool:
+    """Whether scanning every row of the ranges costs less than searching them column by
+    column: their rows number at most SCAN x queries x the rounds of one search."""
+    counts = hi - lo
+    return int(xp.sum(counts)) <= SCAN * counts.shape[0] * int(xp.max(counts)).bit_length()
+
+
+def _scanned(xp, targets, lo, hi, candidates):
+    """(before, through): per query, how many rows of its range come before its candidate,
+    and how many at or before it, rows and candidates compared lexicographically. A range is
+    sorted, so these are the offsets of its lower and upper bound."""
+    parent, rows = spans(xp, lo, hi)
+    values = [xp.take(t, rows) for t in targets]
+    asked = [xp.take(c, parent) for c in candidates]
+    before, through = values[-1] < asked[-1], values[-1] <= asked[-1]
+    for x, y in zip(reversed(values[:-1]), reversed(asked[:-1])):
+        less, equal = x < y, x == y
+        before = xp.logical_or(less, xp.logical_and(equal, before))
+        through = xp.logical_or(less, xp.logical_and(equal, through))
+    bounds = xp.cumulative_sum(hi - lo, include_initial=True)
+
+    def per_query(mask):
+        at = xp.take(xp.cumulative_sum(xp.astype(mask, xp.int64), include_initial=True), bounds)
+        return at[1:] - at[:-1]
+    return per_query(before), per_query(through)
 
 
 def _one_row(xp, targets, lo, hi, candidates, inclusive: bool):

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpu_kernels as gk
+from gpu_kernels import intersect
 from conftest import host, i64
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -432,10 +433,21 @@ def test_directory_ranges_equal_searches(xp, base, offsets, far):
        width=st.integers(1, 3),
        asks=st.lists(st.tuples(st.integers(0, 3), st.tuples(*[st.integers(-1, 3)] * 3)),
                      max_size=8))
-def test_tuple_searches_equal_bisection(xp, segments, width, asks):
+@pytest.mark.parametrize("scan", [0, intersect.SCAN, 10 ** 9])
+def test_tuple_searches_equal_bisection(xp, scan, segments, width, asks):
     """lower_bound and equal_range over tuples of columns (few values each, so rows tie on
     leading columns and ranges narrow column by column) agree with Python's bisection of
-    tuples in each sorted range; ask 3 searches the whole array, sorted as one range."""
+    tuples in each sorted range; ask 3 searches the whole array, sorted as one range. Each
+    search runs column by column (scan 0: never scan), as by default, and by scanning every
+    row of the ranges as soon as they are found."""
+    default, intersect.SCAN = intersect.SCAN, scan
+    try:
+        _tuple_searches_equal_bisection(xp, segments, width, asks)
+    finally:
+        intersect.SCAN = default
+
+
+def _tuple_searches_equal_bisection(xp, segments, width, asks):
     rows, starts = [], [0]
     for seg in segments:
         rows += sorted(r[:width] for r in seg)

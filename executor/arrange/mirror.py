@@ -217,13 +217,18 @@ class Mirror:
         lookup costs the rows found, not the rows that share a first column. With
         `superset`, for a caller that ignores rows it did not ask for, a run of which the
         asked tuples hold at least half comes whole: no gather (a big step asks for most of
-        an arrangement)."""
+        an arrangement), and a mirror asked for at least as many tuples as it holds updates
+        comes whole without a search (the asked tuples are not even made distinct: a first
+        step's prefixes ask for every key of an arrangement of the same size)."""
         xp = self.xp
         runs = [r for _, r in self.spine.batches]
         if self.nkeys == 0:
             return self.all()
         if asked[0].shape[0] == 0 or not (runs or self.remote):
             return self._concat_all([])
+        if superset and self.remote is None and \
+                asked[0].shape[0] >= sum(r.size for r in runs):
+            return self._concat_all(runs)  # asks at least as many as it holds: all of it
         asked = _distinct(xp, asked)
         if self.remote is not None:  # a superset of the asked, searched as a run of its own
             runs.insert(0, run_of(xp, *self.remote.fetched(self, asked)))

@@ -10,7 +10,8 @@ from .consolidate import (consolidate, consolidation, distinct, group_ids, group
                           sort_by)
 from .csr import (CSR, Directory, build_csr, build_directory, directory_ranges, neighbours,
                   row_ranges, spans)
-from .diffs import DiffOverflow, add_diffs, multiply_diffs, running_segments, sum_segments
+from .diffs import (DiffOverflow, add_diffs, multiply_diffs, running_segments, segment_ids,
+                    sum_segments)
 from .expand import compose, expand, gather, parents
 from .intersect import between, contains, equal_range
 from .times import advance_by, join_times, less_equal, meet_times
@@ -22,6 +23,6 @@ __all__ = [
     "consolidate", "consolidation", "contains", "count_triangles", "directory_ranges", "distinct",
     "equal_range", "expand", "extend", "gather", "group_ids", "group_starts", "join_times",
     "less_equal", "list_triangles", "meet_times", "multiply_diffs", "namespace", "neighbours",
-    "orient", "parents", "row_ranges", "running_segments", "sort_by", "spans", "sum_segments",
-    "to_numpy",
+    "orient", "parents", "row_ranges", "running_segments", "segment_ids", "sort_by", "spans",
+    "sum_segments", "to_numpy",
 ]

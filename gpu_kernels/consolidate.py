@@ -5,7 +5,7 @@ kernels that arrangements and the reduce family reuse.
 Floating keys group as in Spark: all NaNs are one value (sorted last), and -0.0 and 0.0 are
 one value (the output keeps whichever came first in the input).
 """
-from .diffs import sum_segments
+from .diffs import segment_ids, sum_segments
 
 
 def _sortable(xp, key):
@@ -163,7 +163,7 @@ def group_ids(xp, keys):
     `keys` are: the rank of the row's group among the sorted groups."""
     perm = sort_by(xp, keys)
     starts = group_starts(xp, [xp.take(k, perm) for k in keys])
-    ids = xp.searchsorted(starts, xp.arange(perm.shape[0], dtype=xp.int64), side="right") - 1
+    ids = segment_ids(xp, starts, perm.shape[0])
     return xp.take(ids, xp.argsort(perm, stable=False))  # back in row order
 
 

@@ -180,6 +180,8 @@ CASES: dict[str, Case] = {
     "sum_segments": Case(_segments, lambda xp, a: diffs.sum_segments(xp, a["diff"], a["starts"])),
     "running_segments": Case(_segments, lambda xp, a: diffs.running_segments(
         xp, a["diff"], a["starts"])),
+    "segment_ids": Case(_segments, lambda xp, a: diffs.segment_ids(
+        xp, a["starts"], a["diff"].shape[0])),
     "sort_by": Case(_keys, lambda xp, a: sort_by(xp, [a["k0"], a["k1"]])),
     "group_starts": Case(_keys, lambda xp, a: group_starts(xp, _sorted_keys(xp, a))),
     "distinct": Case(_keys, lambda xp, a: distinct(xp, a["k0"])),

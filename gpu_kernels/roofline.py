@@ -46,6 +46,7 @@ MODELS: dict[str, Model] = {
     "visible": Model(1, 1, what="one comparison"),
     "sum_segments": Model(4, 8, what="hi/lo split, two prefix sums, differences at starts"),
     "running_segments": Model(5, 10, what="hi/lo split, two prefix sums, minus segment starts"),
+    "segment_ids": Model(2, 2, what="segment lengths, then one write per row"),
     "sort_by": Model(2 * SORT, 2,
                      what="stable sort by the first packed word of keys, tied rows by the rest"),
     "group_starts": Model(2, 2, what="neighbour compare per key, compaction"),

@@ -250,6 +250,17 @@ def test_sum_segments(xp, segments):
             gk.sum_segments(xp, diff, starts_)
 
 
+@examples
+@given(st.lists(st.integers(0, 12), max_size=8), st.integers(0, 14))
+def test_segment_ids_are_what_a_search_of_each_row_finds(xp, cuts, n):
+    """Each row's segment is the last start at or before it (-1 before the first), as
+    bisection finds it, whatever the starts: repeated (empty segments), after row 0, or
+    none."""
+    starts = sorted(c for c in cuts if c <= n)
+    got = host(xp, gk.segment_ids(xp, i64(xp, starts), n))
+    assert got == [bisect.bisect_right(starts, i) - 1 for i in range(n)]
+
+
 # consolidate ---------------------------------------------------------------------------------
 
 def nan_key(v):

@@ -28,7 +28,8 @@ from executor.operators.linear.spark import q, record_columns
 from executor.operators.reduce.keyed import conjunction, equality, of_keys
 from executor.operators.reduce.spark import M, output
 from executor.time import DIFF
-from gpu_kernels import consolidate as consolidate_arrays, group_starts, sort_by, spans
+from gpu_kernels import (consolidate as consolidate_arrays, group_starts, segment_ids, sort_by,
+                         spans)
 from plans import ir
 
 GE, GI, NE, NI = "__ge", "__gi", "__ne", "__ni"
@@ -200,7 +201,7 @@ def _member(xp, cols: list, among: list):
     total = both[0].shape[0]
     perm = sort_by(xp, both)
     starts = group_starts(xp, [xp.take(c, perm) for c in both])
-    group = xp.searchsorted(starts, xp.arange(total, dtype=xp.int64), side="right") - 1
+    group = segment_ids(xp, starts, total)
     # per group of equal rows: how many come from `among` (their positions are >= n)
     flags = xp.cumulative_sum(xp.astype(perm >= n, xp.int64), include_initial=True)
     ends = xp.concat([starts[1:], xp.asarray([total], dtype=xp.int64)])

@@ -44,7 +44,7 @@ from executor.operators.linear.spark import q
 from executor.operators.reduce import driver as reduce_driver, spark_totals
 from executor.time import TIME
 from gpu_kernels import (DiffOverflow, consolidate, group_starts, multiply_diffs, running_segments,
-                         sort_by, sum_segments)
+                         segment_ids, sort_by, sum_segments)
 from gpu_kernels.intersect import lower_bound
 from plans import ir
 
@@ -409,10 +409,9 @@ class _Running:
             xp.zeros(1 if rows else 0, dtype=xp.int64)
         now = [running_segments(xp, s, firsts) for s in step]
         self._keys = firsts.shape[0]
-        key = xp.searchsorted(firsts, xp.arange(rows, dtype=xp.int64), side="right") - 1
+        key = segment_ids(xp, firsts, rows)
         # each sorted update's key, to find the step's updates under flagged keys
-        self._update_key = xp.take(key, xp.searchsorted(
-            starts, xp.arange(perm.shape[0], dtype=xp.int64), side="right") - 1)
+        self._update_key = xp.take(key, segment_ids(xp, starts, perm.shape[0]))
         kept = xp.nonzero(t_at >= lower)[0]
         self.key = xp.take(key, kept)
         self.keys = [xp.take(k, kept) for k in keys_at]

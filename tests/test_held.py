@@ -7,6 +7,7 @@ way and as Spark frames the other)."""
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import examples, outputs_rows, updates_df
@@ -184,3 +185,25 @@ def test_a_spark_step_after_a_driver_step_regroups_unsure_sums(spark, conf):
         assert runner.step(feed, upto=upto).host == on_driver
         lo = upto
         _check(flow, {"runner": runner}, expected, upto)
+
+
+@pytest.mark.xfail(strict=True, reason="known wrong answer on the Spark placement (found "
+                   "2026-12-07 by test_held_updates_three_ways): a query's self-join of an "
+                   "update a temporal filter held to a later step loses the pair of the "
+                   "update with itself; the driver placement and the reference agree")
+def test_a_held_update_joins_itself_in_a_query_on_spark(spark, conf):
+    """One update held by a temporal filter from the step to 3 until time 7, then read by
+    both atoms of a query: p(2, 2) at time 7 with diff (-2) * (-2)."""
+    flow = Dataflow()
+    live = flow.input("ev", EV).temporal_filter(lower="lo", upper="hi")
+    flow.output("paths", flow.query("p(x, z) :- e(x, y), e(y, z)",
+                                    e=live.map("a AS x", "coalesce(b, 0) AS y")))
+    ups = [((2, 2, 7, None), 2, -2)]
+    assert reference(spark, flow.outputs, {"ev": ups})["paths"] == [((2, 2), 7, 4)]
+    runner = Runner(flow, conf=conf | SPARK_ONLY, spark=spark)
+    lo = 0
+    for upto in (3, 8):
+        runner.step({"ev": updates_df(spark, EV, [u for u in ups if lo <= u[1] < upto])},
+                    upto=upto)
+        lo = upto
+    assert outputs_rows(runner, ["paths"])["paths"] == [((2, 2), 7, 4)]

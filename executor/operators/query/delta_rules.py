@@ -137,6 +137,12 @@ def request(e: cq.Extender) -> Request:
     return Request(e.relation, tuple(k for k, _ in e.key), e.value, e.repeats, e.constants)
 
 
+def requests(rule: cq.DeltaRule) -> list[Request]:
+    """Every index a rule reads: its validators' and each step's extenders'."""
+    return [_validator_request(v) for v in rule.validators] + \
+        [request(e) for step in rule.steps for e in step.extenders]
+
+
 def _validator_request(val: cq.Validator) -> Request:
     return Request(val.relation, tuple(k for k, _ in val.columns), None, (), val.constants)
 

@@ -55,11 +55,7 @@ def run(node: ir.Query, ready: dict[str, DataFrame], deltas: list[DataFrame],
         tables[r] = table
     schema = _schema(node, deltas, names, position)
     spark = deltas[0].sparkSession
-    rules = cq.delta_rules(node.query, node.order)
-    if total == 0:  # no seed due; the arrangements the rules read still take the step's
-        # changes (held ones among them), else a later step's seeds would miss them
-        for req in {req for rule in rules for req in delta_rules.requests(rule)}:
-            index(position[req.relation], tuple(names[req.relation][k] for k in req.key))
+    if total == 0:
         return spark.createDataFrame(pa.Table.from_pylist([], arrow_schema(schema)))
     xp = namespace(backend)
     seeds = {r: ([_col(xp, t.column(c)) for c in names[r]], _col(xp, t.column(TIME)),
@@ -68,6 +64,7 @@ def run(node: ir.Query, ready: dict[str, DataFrame], deltas: list[DataFrame],
     def lookup(wants: dict) -> dict:
         return _fetch(xp, wants, names, lambda r, cols: index(position[r], cols), spark)
 
+    rules = cq.delta_rules(node.query, node.order)
     cols, t, d = delta_rules.run(xp, node.query, rules, seeds, lookup)
     arrays = [to_numpy(xp, a) for a in (*cols, t, d)]
     table = pa.Table.from_arrays([pa.array(a).cast(f.type) for a, f in

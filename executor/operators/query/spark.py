@@ -57,6 +57,11 @@ def delta(node: ir.Query, deltas: list[DataFrame], index: Callable[[int, tuple],
             ready[r] = incoming.where(F.col(TIME) < upto)
             waiting[r] = incoming.where(F.col(TIME) >= upto)
 
+    rules = cq.delta_rules(node.query, node.order)
+    # every index the rules read takes the step's changes, whichever path runs below and
+    # whether a seed is due or not: a seed held for a later time meets them in a later step
+    for req in {req for rule in rules for req in delta_rules.requests(rule)}:
+        index(position[req.relation], tuple(names[req.relation][k] for k in req.key))
     if local is not None and upto is not None and wcoj_local.applicable(node, deltas):
         out = wcoj_local.run(node, ready, deltas, names, index, *local)
         if out is not None:
@@ -73,7 +78,6 @@ def delta(node: ir.Query, deltas: list[DataFrame], index: Callable[[int, tuple],
         return df
 
     ctx = _Context(names, trace, upto, per_bucket)
-    rules = cq.delta_rules(node.query, node.order)
     outs = [_rule(rule, ready[rule.relation], ctx, node.query.head) for rule in rules]
     return reduce(DataFrame.union, outs), waiting
 

@@ -9,6 +9,7 @@ a few array operations over all the columns left, not two searches per column.
 from .csr import spans
 
 SCAN = 2  # scan where the ranges' rows are at most SCAN x queries x rounds of a search
+ONE_ROW, SCANNED = "one row", "scanned"  # how a search finishes (_form)
 
 
 def contains(xp, targets, lo, hi, candidates):
@@ -52,10 +53,10 @@ def between(xp, targets, lo, hi, low, high):
     if targets[0].shape[0] == 0 or lo.shape[0] == 0:
         return lo, lo
     if same:  # equal_range: both ends narrow the leading columns alike, once here
-        lo, hi, i = _narrowed(xp, targets, lo, hi, low)
+        lo, hi, i, form = _narrowed(xp, targets, lo, hi, low)
         targets, low = targets[i:], low[i:]
         high = low
-        if _short(xp, lo, hi):
+        if form == SCANNED:
             before, through = _scanned(xp, targets, lo, hi, low)
             return lo + before, lo + through
     first = _search(xp, targets, lo, hi, low)
@@ -68,30 +69,37 @@ def _search(xp, targets, lo, hi, candidates, inclusive: bool = False):
     Column by column: each column is searched within the rows equal to the candidate in
     the columns before it, which after a column or two is mostly a row or none, so a
     search of many columns costs about one column's rounds, not rounds of every column."""
-    lo, hi, i = _narrowed(xp, targets, lo, hi, candidates)
-    if int(xp.max(hi - lo)) <= 1:  # a row or none each: compared whole, at once
+    lo, hi, i, form = _narrowed(xp, targets, lo, hi, candidates)
+    if form == ONE_ROW:  # a row or none each: compared whole, at once
         return _one_row(xp, targets[i:], lo, hi, candidates[i:], inclusive)
-    if _short(xp, lo, hi):
+    if form == SCANNED:
         return lo + _scanned(xp, targets[i:], lo, hi, candidates[i:])[int(inclusive)]
     return _column(xp, targets[-1], lo, hi, candidates[-1], inclusive)
 
 
 def _narrowed(xp, targets, lo, hi, candidates):
-    """(lo, hi, i): each range narrowed to its rows equal to the candidate in the first i
-    columns, i at most all but the last, stopping once every range is a row or none or
-    short enough to scan."""
+    """(lo, hi, i, form): each range narrowed to its rows equal to the candidate in the
+    first i columns, i at most all but the last, stopping once `_form` says how to finish;
+    the form of the ranges left."""
     for i, (t, c) in enumerate(zip(targets[:-1], candidates[:-1])):
-        if int(xp.max(hi - lo)) <= 1 or _short(xp, lo, hi):
-            return lo, hi, i
+        form = _form(xp, lo, hi)
+        if form is not None:
+            return lo, hi, i, form
         lo, hi = _column(xp, t, lo, hi, c, False), _column(xp, t, lo, hi, c, True)
-    return lo, hi, len(targets) - 1
+    return lo, hi, len(targets) - 1, _form(xp, lo, hi)
 
 
-def _short(xp, lo, hi) -> bool:
-    """Whether scanning every row of the ranges costs less than searching them column by
-    column: their rows number at most SCAN x queries x the rounds of one search."""
+def _form(xp, lo, hi):
+    """How a search of the ranges finishes: ONE_ROW where each is a row or none, SCANNED
+    where scanning every row costs less than searching column by column (their rows number
+    at most SCAN x queries x the rounds of one search), None: by binary search."""
     counts = hi - lo
-    return int(xp.sum(counts)) <= SCAN * counts.shape[0] * int(xp.max(counts)).bit_length()
+    longest = int(xp.max(counts))
+    if longest <= 1:
+        return ONE_ROW
+    if int(xp.sum(counts)) <= SCAN * counts.shape[0] * longest.bit_length():
+        return SCANNED
+    return None
 
 
 def _scanned(xp, targets, lo, hi, candidates):

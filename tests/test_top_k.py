@@ -8,10 +8,12 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import examples, three_ways, updates_table
 from executor import Runner
+from executor.operators.reduce import top_k
 from plans import Dataflow
 
 S = "g STRING, h BIGINT, x BIGINT, p DECIMAL(10,2), d DATE, f DOUBLE, s STRING"
@@ -52,10 +54,16 @@ updates = st.lists(st.tuples(record, st.integers(0, HORIZON - 1),
 cuts = st.sets(st.integers(1, HORIZON - 1), max_size=4).map(lambda s: sorted(s) + [HORIZON])
 
 
+@pytest.mark.parametrize("spare", [0, top_k.SPARE, float("inf")])
 @settings(max_examples=examples(3, 4), deadline=None, suppress_health_check=list(HealthCheck))
 @given(k=st.integers(1, 4), stream=updates, cuts=cuts)
-def test_top_k_on_the_driver_matches_reference_and_spark(spark, conf, k, stream, cuts):
-    assert all(three_ways(spark, conf, top_k_flow(k), S, stream, cuts))
+def test_top_k_on_the_driver_matches_reference_and_spark(spark, conf, spare, k, stream, cuts):
+    """The index's runs merged at every step, as they pass the default share, and never."""
+    default, top_k.SPARE = top_k.SPARE, spare
+    try:
+        assert all(three_ways(spark, conf, top_k_flow(k), S, stream, cuts))
+    finally:
+        top_k.SPARE = default
 
 
 @settings(max_examples=examples(2, 4), deadline=None, suppress_health_check=list(HealthCheck))
@@ -77,7 +85,6 @@ def test_a_step_reads_a_few_rows_per_touched_group(spark, conf, monkeypatch):
     records' updates and k + 2 index rows per group, not the groups; its output is the change
     of the top k alone."""
     from executor.arrange import mirror
-    from executor.operators.reduce import top_k
 
     flow = Dataflow()
     flow.output("top", flow.input("s", S).map("g", "h", "x").top_k(
@@ -115,3 +122,22 @@ def test_ties_at_the_cut_go_by_the_record_in_spark_order(spark, conf):
     flow.output("two", s.top_k(2, order_by="x DESC", by=["g"]))
     flow.output("all", s.top_k(4, order_by="x", by=["g"]))
     assert all(three_ways(spark, conf, flow, S, stream, [1, 2, 3, 4]))
+
+
+def test_rows_dead_in_the_base_are_not_candidates(spark, conf, monkeypatch):
+    """The records a step deletes stay in the base as dead rows, before a group's live ones,
+    until the runs merge: a later step looks past them for its k + T candidates (a top 2 of
+    8 and 7 is unchanged by a 1 below it)."""
+    flow = Dataflow()
+    flow.output("top", flow.input("s", S).map("g", "h", "x").top_k(
+        2, order_by="x DESC", by=["g"]))
+    runner = Runner(flow, conf=conf, spark=spark)
+    monkeypatch.setattr(top_k, "SPARE", 0)  # the load merges into the base
+    runner.step({"s": updates_table(S, [_u(0, 1, h=x, x=x) for x in (10, 9, 8, 7, 6)])},
+                upto=1)
+    monkeypatch.setattr(top_k, "SPARE", float("inf"))  # then never again
+    steps = [[_u(1, -1, h=10, x=10), _u(1, -1, h=9, x=9)], [_u(2, 1, h=1, x=1)]]
+    got = [sorted((r["x"], r["diff"]) for r in runner.step(
+        {"s": updates_table(S, step)}, upto=t + 2).arrow("top").to_pylist())
+        for t, step in enumerate(steps)]
+    assert got == [[(7, 1), (8, 1), (9, -1), (10, -1)], []]

@@ -10,9 +10,9 @@ from .consolidate import (consolidate, consolidation, distinct, group_ids, group
                           sort_by)
 from .csr import (CSR, Directory, build_csr, build_directory, directory_ranges, neighbours,
                   row_ranges, spans)
-from .diffs import (DiffOverflow, add_diffs, multiply_diffs, running_segments, segment_ids,
-                    sum_segments)
-from .expand import compose, expand, gather, parents
+from .diffs import (DiffOverflow, add_diffs, multiply_diffs, parents, running_segments,
+                    segment_ids, sum_segments)
+from .expand import compose, expand, gather
 from .intersect import between, contains, equal_range
 from .times import advance_by, join_times, less_equal, meet_times
 from .wcoj import count_triangles, extend, list_triangles, orient

@@ -9,7 +9,7 @@ most of its ~23 steps (~0.7 us a key on numpy), a directory's gathers cost ~40 n
 from typing import NamedTuple
 
 from .consolidate import group_starts
-from .expand import parents
+from .diffs import parents
 
 
 class CSR(NamedTuple):

@@ -88,6 +88,11 @@ def _bounded(xp, diff) -> bool:
     return n == 0 or n * _magnitude(xp, diff) < 2**63
 
 
+def parents(xp, counts):
+    """int64 parent index of each output row when input row i produces counts[i] outputs."""
+    return xp.repeat(xp.arange(counts.shape[0], dtype=xp.int64), counts)
+
+
 def segment_ids(xp, starts, n: int):
     """Per row of `n`, the index of its segment (segments as in sum_segments; -1 before the
     first start): what a search of each row among the starts finds, but by one repeat of the
@@ -97,7 +102,7 @@ def segment_ids(xp, starts, n: int):
     if m == 0:
         return xp.full(n, -1, dtype=xp.int64)
     ends = xp.concat([starts[1:], xp.asarray([n], dtype=starts.dtype)])
-    ids = xp.repeat(xp.arange(m, dtype=xp.int64), ends - starts)
+    ids = parents(xp, ends - starts)
     head = int(starts[0])
     return ids if head == 0 else xp.concat([xp.full(head, -1, dtype=xp.int64), ids])
 

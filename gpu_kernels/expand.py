@@ -5,13 +5,11 @@ A stage is (parent, time, diff): for each output row, the index of the input row
 its time t2 and its diff r2 (None for "unchanged"). Stages compose, so adjacent linear
 operators fuse into one kernel call per partition.
 """
-from .diffs import multiply_diffs
+from .diffs import multiply_diffs, parents
 from .times import join_times
 
-
-def parents(xp, counts):
-    """int64 parent index of each output row when input row i produces counts[i] outputs."""
-    return xp.repeat(xp.arange(counts.shape[0], dtype=xp.int64), counts)
+# parents lives in diffs.py (segment_ids is one); user kernels import it from here too
+__all__ = ["compose", "dense", "expand", "gather", "parents"]
 
 
 def gather(xp, x, parent):

@@ -18,7 +18,8 @@ from . import arrow, band, csr, diffs, intersect, timed_index, times, wcoj
 from .backend import to_numpy
 from .consolidate import (consolidate, consolidation, distinct, group_ids, group_starts,
                           sort_by)
-from .expand import compose, dense, expand, gather, parents
+from .diffs import parents
+from .expand import compose, dense, expand, gather
 
 # Modules whose public functions are kernels (backend.py holds namespace plumbing). By
 # import_module: the package re-exports functions named like two of its modules.

@@ -29,7 +29,8 @@ from typing import NamedTuple, Optional
 from .consolidate import consolidate, group_starts, sort_by
 from .csr import CSR, row_ranges
 from .diffs import multiply_diffs
-from .expand import dense, parents
+from .diffs import parents
+from .expand import dense
 from .intersect import lower_bound
 
 

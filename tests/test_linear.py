@@ -14,7 +14,7 @@ HORIZON = 10  # input times are 0..HORIZON-1
 
 def spread(xp, cols):
     """a copies of each row (a in 0..3), shifted in time by |b|, alternating signs."""
-    from gpu_kernels.expand import parents
+    from gpu_kernels.diffs import parents
     counts = xp.astype(xp.clip(cols["a"], 0, 3), xp.int64)
     parent = parents(xp, counts)
     starts = xp.cumulative_sum(counts, include_initial=True)[:-1]

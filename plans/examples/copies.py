@@ -8,7 +8,7 @@ per partition, numpy on CPU, cupy on GPU). Used by the cluster test and by
 
 def copies(xp, cols):
     """Row i repeated cols["n"][i] times (the README's kernel example)."""
-    from gpu_kernels.expand import parents
+    from gpu_kernels.diffs import parents
 
     parent = parents(xp, xp.astype(cols["n"], xp.int64))
     return {"parent": parent, "n": xp.take(cols["n"], parent)}

@@ -29,7 +29,7 @@ from executor.operators.reduce.keyed import conjunction, equality, of_keys
 from executor.operators.reduce.spark import M, output
 from executor.time import DIFF
 from gpu_kernels import (consolidate as consolidate_arrays, group_starts, segment_ids, sort_by,
-                         spans)
+                         spans, sum_segments)
 from plans import ir
 
 GE, GI, NE, NI = "__ge", "__gi", "__ne", "__ni"
@@ -203,8 +203,6 @@ def _member(xp, cols: list, among: list):
     starts = group_starts(xp, [xp.take(c, perm) for c in both])
     group = segment_ids(xp, starts, total)
     # per group of equal rows: how many come from `among` (their positions are >= n)
-    flags = xp.cumulative_sum(xp.astype(perm >= n, xp.int64), include_initial=True)
-    ends = xp.concat([starts[1:], xp.asarray([total], dtype=xp.int64)])
-    hits = xp.take(flags, ends) - xp.take(flags, starts)
+    hits = sum_segments(xp, xp.astype(perm >= n, xp.int64), starts)
     found = xp.take(xp.take(hits > 0, group), xp.argsort(perm, stable=False))
     return found[:n]

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 
-from executor.arrange.encoding import NoCode, decimal_array, decimal_words, unscaled
+from executor.arrange.encoding import NoCode, decimal_array, decimal_words, per_schema, unscaled
 from plans import ir
 from plans.types import INTEGRAL_DECIMAL, adjusted, decimal_result
 
@@ -1193,9 +1193,6 @@ class Compiled:
         return table.cast(self.schema)
 
 
-_CACHE: dict = {}
-
-
 def compile_stages(stages: tuple, schema: pa.Schema, time_col: str = "time",
                    conf: Optional[Mapping[str, str]] = None) -> Compiled:
     """The Arrow form of `stages` (Map, Filter, Negate, TemporalFilter) over updates of
@@ -1204,18 +1201,20 @@ def compile_stages(stages: tuple, schema: pa.Schema, time_col: str = "time",
     NotCompiled when a stage or expression is outside the supported subset, and PlanError
     where spark.py does (a temporal bound that is not an integer, output columns that break
     plans.ir.check_stage_columns)."""
-    session = Session.of(conf or {})
-    key = (tuple(stages), schema, time_col, session)
-    hit = _CACHE.get(key)
-    if hit is None:
-        try:
-            hit = _compile(tuple(stages), schema, time_col, session)
-        except NotCompiled as e:  # remembered too: a step pays no parse either way
-            hit = e
-        _CACHE[key] = hit
+    hit = _compiled(schema, tuple(stages), time_col, Session.of(conf or {}))
     if isinstance(hit, NotCompiled):
         raise hit
     return hit
+
+
+@per_schema  # every chain of every step asks
+def _compiled(schema: pa.Schema, stages: tuple, time_col: str, session: "Session"):
+    """compile_stages' answer, NotCompiled returned rather than raised so that it is
+    remembered too: a step pays no parse either way."""
+    try:
+        return _compile(stages, schema, time_col, session)
+    except NotCompiled as e:
+        return e
 
 
 def _compile(stages, schema: pa.Schema, time_col: str, session: "Session") -> Compiled:

@@ -341,17 +341,17 @@ def arrow_ready(table, schema: StructType, frontier: int,
     # put together from slices) would be concatenated at each reading (and checked chunk by
     # chunk), so it is once here; big chunks (a file's row groups) stay, as a copy of a whole
     # load would cost its size
-    if any(c.num_chunks > 1 and table.num_rows < c.num_chunks * _SMALL_CHUNK
-           for c in table.columns):
+    cols = table.columns  # a wrapper per column each time it is asked for
+    if any(c.num_chunks > 1 and table.num_rows < c.num_chunks * _SMALL_CHUNK for c in cols):
         table = table.combine_chunks()
+        cols = table.columns
     types, n, columns = table.schema.types, table.num_rows, []
     for name, arrow, nullable, decimal in rules.records:
         i = given.get(name)
         if i is None or types[i] != arrow:
             return None
-        column = table.column(i)
-        if column.null_count and not nullable or \
-                decimal and not _within(column):
+        column = cols[i]
+        if not nullable and column.null_count or decimal and not _within(column):
             return None
         columns.append(column)
     for special, default in ((TIME, frontier), (DIFF, 1)):
@@ -359,7 +359,7 @@ def arrow_ready(table, schema: StructType, frontier: int,
         if i is None:
             columns.append(pa.array(np.full(n, default, dtype=np.int64)))
             continue
-        column = table.column(i)
+        column = cols[i]
         if column.type != pa.int64() or column.null_count:
             return None
         columns.append(column)

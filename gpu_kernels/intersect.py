@@ -59,6 +59,9 @@ def between(xp, targets, lo, hi, low, high):
         if form == SCANNED:
             before, through = _scanned(xp, targets, lo, hi, low)
             return lo + before, lo + through
+        if form == ONE_ROW:  # decided: not again by each end's search
+            first = _one_row(xp, targets, lo, hi, low, False)
+            return first, xp.maximum(first, _one_row(xp, targets, lo, hi, low, True))
     first = _search(xp, targets, lo, hi, low)
     return first, xp.maximum(first, _search(xp, targets, lo, hi, high, inclusive=True))
 

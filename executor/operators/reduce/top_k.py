@@ -157,6 +157,7 @@ def _firsts(xp, run: Sorted, skip, group: tuple, wanted, ranked: int):
     _, rows = spans(xp, lo, stop)
     return xp.take(rows, xp.nonzero(xp.logical_not(_among(xp, rows, skip)))[0])
 
+
 def _keys(step, node: ir.Reduce, columns: list[str], nkeys: int, recs: list,
           kinds: dict) -> list:
     """The index's sort columns of records (codes in `columns` order): group keys, the
@@ -177,9 +178,14 @@ def _built(step, node: ir.Reduce, old: Mirror, kinds: dict) -> Ranked:
     recs, m = [xp.take(c, live) for c in recs], xp.take(m, live)
     keys = _keys(step, node, old.columns, old.nkeys, recs, kinds)
     perm = sort_by(xp, keys)
-    return Ranked(step.lower - 1, Sorted(tuple(xp.take(k, perm) for k in keys),
-                                         xp.take(m, perm)),
-                  xp.zeros(0, dtype=xp.int64), Sorted(tuple(k[:0] for k in keys), m[:0]))
+    return _alone(xp, step.lower - 1, Sorted(tuple(xp.take(k, perm) for k in keys),
+                                             xp.take(m, perm)))
+
+
+def _alone(xp, at: int, base: Sorted) -> Ranked:
+    """An index of one run: no dead rows, an empty recent run."""
+    return Ranked(at, base, xp.zeros(0, dtype=xp.int64),
+                  Sorted(tuple(k[:0] for k in base.keys), base.m[:0]))
 
 
 def _tied(xp, ranked: tuple, lo, stop, hi):
@@ -247,6 +253,5 @@ def _merged(xp, run: Sorted, gone, keys: list, m, at) -> Sorted:
 def _compacted(xp, index: Ranked) -> Ranked:
     """The two runs merged into one base: the recent rows put into the base less its dead."""
     _, at = _found(xp, index.base, list(index.recent.keys))
-    base = _merged(xp, index.base, index.dead, list(index.recent.keys), index.recent.m, at)
-    return Ranked(index.at, base, index.dead[:0], Sorted(tuple(k[:0] for k in base.keys),
-                                                          base.m[:0]))
+    return _alone(xp, index.at, _merged(xp, index.base, index.dead, list(index.recent.keys),
+                                        index.recent.m, at))
